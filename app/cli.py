@@ -1,0 +1,141 @@
+"""The `logitlab` command: the window by default, `generate` to stream a completion in the terminal.
+
+Arguments map one-to-one onto the core's `Request`; generation goes through the same `ModelThread` the
+window uses. Bad input exits non-zero with one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from app.core.settings import FIELDS, SamplerSettings, SettingsError, StageOrder
+
+COMMANDS = ("generate", "bench", "models")
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="builtin", help="a local folder, a hub id (owner/name), or 'builtin'")
+    p.add_argument("--backend", choices=["auto", "mlx", "torch"], default="auto")
+    p.add_argument("--device", choices=["cuda", "mps", "cpu"], help="torch device (default: best available)")
+    p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"])
+    p.add_argument("--quantize", type=int, choices=[4, 8], help="MLX: quantize the weights on load")
+    p.add_argument("--trust-remote-code", action="store_true", help="allow code from the model's repository")
+    p.add_argument("--allow-pickle", action="store_true", help="allow non-safetensors weights (weights_only)")
+
+
+def add_sampler_args(p: argparse.ArgumentParser) -> None:
+    for f in FIELDS:
+        flag = "--" + f.name.replace("_", "-")
+        p.add_argument(flag, type=int if f.integer else float, default=f.default,
+                       help=f"{f.help} [{f.lo:g}..{f.hi:g}, default {f.default:g}]")
+    p.add_argument("--seed", type=int, help="random seed (default: a new one each run, reported)")
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable); not shown")
+    p.add_argument("--order", choices=[o.value for o in StageOrder], default=StageOrder.TEMPERATURE_FIRST.value,
+                   help="temperature before the filters (transformers, vLLM) or after them (llama.cpp, mlx-lm)")
+    p.add_argument("--top-n", type=int, default=20, help="candidates recorded per step")
+
+
+def settings_from(args: argparse.Namespace) -> SamplerSettings:
+    values = {f.name: getattr(args, f.name) for f in FIELDS}
+    return SamplerSettings(**values, seed=args.seed, stop=tuple(args.stop), order=StageOrder(args.order))
+
+
+def spec_from(args: argparse.Namespace):  # noqa: ANN201 - ModelSpec, imported lazily
+    from app.core.models import ModelSpec
+    from backends.base import LoadOptions
+
+    opts = LoadOptions(device=args.device, dtype=args.dtype, quantize_bits=args.quantize,
+                       trust_remote_code=args.trust_remote_code, allow_pickle=args.allow_pickle)
+    return ModelSpec(source=args.model, backend=args.backend, options=opts)
+
+
+def generate_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="logitlab generate", description="Stream a completion to stdout.")
+    add_model_args(p)
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--prompt", help="the prompt (default: --prompt-file, else standard input)")
+    src.add_argument("--prompt-file", help="read the prompt from this file")
+    p.add_argument("--chat", action="store_true", help="send the prompt as a user message (chat template)")
+    p.add_argument("--system", help="system message in chat mode")
+    add_sampler_args(p)
+    p.add_argument("--trace", help="write the per-step trace as JSON Lines to this file")
+    p.add_argument("--json", action="store_true", help="write JSON Lines to stdout instead of text")
+    return p
+
+
+def window_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="logitlab", description="Logit Lab: watch a language model choose "
+                                "each token. Commands: generate, bench, models (see logitlab COMMAND -h).")
+    add_model_args(p)
+    p.add_argument("--prompt", help="start with this prompt")
+    p.add_argument("--screenshot", help="run one generation, save a screenshot of the window here, and exit")
+    add_sampler_args(p)
+    return p
+
+
+def read_prompt(args: argparse.Namespace) -> str:
+    if args.prompt is not None:
+        return args.prompt
+    if args.prompt_file:
+        try:
+            with open(args.prompt_file, encoding="utf-8") as f:
+                return f.read()
+        except OSError as e:
+            raise SettingsError(f"cannot read the prompt file: {e.strerror}: {args.prompt_file}") from e
+    if sys.stdin is None or sys.stdin.isatty():
+        raise SettingsError("no prompt: pass --prompt, --prompt-file, or pipe text on standard input")
+    return sys.stdin.read()
+
+
+def fail(message: str, code: int = 1) -> int:
+    print(f"logitlab: error: {message}", file=sys.stderr)
+    return code
+
+
+def run_generate(argv: Sequence[str]) -> int:
+    from app.core.events import Message, Request
+    from app.terminal import stream_to_terminal
+
+    args = generate_parser().parse_args(argv)
+    try:
+        settings = settings_from(args)
+        prompt = read_prompt(args)
+        if args.top_n < 1:
+            raise SettingsError("top-n must be at least 1")
+    except SettingsError as e:
+        return fail(str(e), 2)
+    messages = None
+    if args.chat:
+        messages = ((Message("system", args.system),) if args.system else ()) + (Message("user", prompt),)
+    request = Request(model=spec_from(args), prompt=prompt, messages=messages, settings=settings,
+                      top_n=args.top_n)
+    return stream_to_terminal(request, json_out=args.json, trace_path=args.trace)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "generate":
+        return run_generate(argv[1:])
+    if argv and argv[0] == "bench":
+        from app.bench import main as bench_main
+
+        return bench_main(argv[1:])
+    if argv and argv[0] == "models":
+        from app.core.catalog import main as models_main
+
+        return models_main(argv[1:])
+    args = window_parser().parse_args(argv)
+    try:
+        settings = settings_from(args)
+    except SettingsError as e:
+        return fail(str(e), 2)
+    from app.ui.main import run_window
+
+    return run_window(spec_from(args), settings, prompt=args.prompt, screenshot=args.screenshot)
+
+
+def dump(obj: object) -> str:
+    return json.dumps(obj, ensure_ascii=False)

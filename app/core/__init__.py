@@ -1,0 +1,1 @@
+"""The Qt-free core: settings, sampler pipeline, generation loop, model thread, traces, metrics."""

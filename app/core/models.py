@@ -1,0 +1,118 @@
+"""Where models come from: the built-in model, local folders, and hub ids through the Hugging Face cache.
+
+`resolve` turns what the user typed into a local folder, downloading through huggingface_hub (resumable,
+with progress and cancel) only when the model is not cached and the offline switch is off. Failures become
+one `ModelLoadError` line naming the model and what to do.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from backends.base import LoadOptions, ModelLoadError
+
+BUILTIN_NAME = "builtin"
+BUILTIN_PATH = Path(__file__).resolve().parents[2] / "resources" / "builtin-model"
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+WEIGHT_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
+
+Progress = Callable[[int, int], None]  # (bytes done, bytes total)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Which model to use and how: the backend name and the load options travel with it."""
+
+    source: str = BUILTIN_NAME  # "builtin", a local folder, or a hub id (owner/name)
+    backend: str = "auto"
+    options: LoadOptions = field(default_factory=LoadOptions)
+
+    @property
+    def label(self) -> str:
+        return "built-in model" if self.source == BUILTIN_NAME else self.source
+
+
+class Cancelled(Exception):
+    """The user cancelled a download."""
+
+
+def offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").lower() in {"1", "true", "yes", "on"}
+
+
+def resolve(source: str, progress: Progress | None = None, cancel: threading.Event | None = None) -> Path:
+    """A local folder for `source`, downloading it into the HF cache if needed and allowed."""
+    if source in ("", BUILTIN_NAME):
+        if not (BUILTIN_PATH / "config.json").exists():
+            raise ModelLoadError(f"the built-in model is missing from {BUILTIN_PATH}: reinstall Logit Lab")
+        return BUILTIN_PATH
+    path = Path(source).expanduser()
+    if path.exists():
+        return path.resolve()
+    if not HUB_ID.match(source):
+        raise ModelLoadError(f"no model folder at {source!r}, and it is not a hub id like 'owner/name'")
+    cached = _snapshot(source, local_only=True)
+    if cached is not None:
+        return cached
+    if offline():
+        raise ModelLoadError(f"{source} is not in the local Hugging Face cache and offline mode is on: "
+                             "turn offline mode off to download it, or open a local folder")
+    return download(source, progress, cancel)
+
+
+def _snapshot(repo_id: str, local_only: bool, tqdm_class: type | None = None) -> Path | None:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(repo_id, local_files_only=local_only, allow_patterns=WEIGHT_PATTERNS,
+                                      tqdm_class=tqdm_class))
+    except LocalEntryNotFoundError:
+        if local_only:
+            return None
+        raise
+
+
+def download(repo_id: str, progress: Progress | None = None, cancel: threading.Event | None = None) -> Path:
+    """Fetch a hub model into the HF cache (partial files resume on the next try)."""
+    from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
+
+    try:
+        path = _snapshot(repo_id, local_only=False, tqdm_class=_progress_tqdm(progress, cancel))
+    except Cancelled:
+        raise
+    except GatedRepoError as e:
+        raise ModelLoadError(f"{repo_id} is gated: accept its licence on the Hub and log in first") from e
+    except RepositoryNotFoundError as e:
+        raise ModelLoadError(f"there is no model {repo_id} on the Hugging Face Hub (or it is private)") from e
+    except (LocalEntryNotFoundError, OSError) as e:
+        raise ModelLoadError(f"cannot download {repo_id}: no connection to the Hugging Face Hub. "
+                             "Connect and try again, or open a local folder") from e
+    assert path is not None
+    return path
+
+
+def _progress_tqdm(progress: Progress | None, cancel: threading.Event | None) -> type:
+    """A tqdm class that reports byte progress and raises `Cancelled` when the user cancels."""
+    from tqdm.auto import tqdm
+
+    class Reporter(tqdm):  # type: ignore[misc, valid-type]
+        def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+            kwargs["disable"] = True
+            super().__init__(*args, **kwargs)
+            self.done = 0
+
+        def update(self, n: float | None = 1) -> bool | None:
+            if cancel is not None and cancel.is_set():
+                raise Cancelled
+            self.done += int(n or 0)
+            if progress is not None and self.unit == "B":
+                progress(self.done, int(self.total or 0))
+            return None
+
+    return Reporter

@@ -1,0 +1,109 @@
+"""The array-ops shim the sampler pipeline is written against, and its numpy executor (the reference).
+
+Each backend provides the same small set of 1-D operations for its framework (see backends/*_ops):
+the pipeline in `sampling.py` is written once against `ArrayOps` and runs unchanged on numpy, mlx and
+torch. Arithmetic and comparison operators are the frameworks' own; only what differs by name is here.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+
+Array = Any
+
+
+class ArrayOps(Protocol):
+    name: str
+
+    def f32(self, x: Any) -> Array: ...  # host or device values -> device float32
+    def numpy(self, x: Array) -> np.ndarray: ...  # device -> host
+    def sync(self, arrays: list[Array]) -> None: ...  # evaluate lazily built arrays together
+    def where(self, cond: Array, a: Array, b: Array | float) -> Array: ...
+    def cumsum(self, x: Array) -> Array: ...
+    def count_cumsum(self, mask: Array) -> Array: ...  # running count of True (int)
+    def argsort_desc(self, x: Array) -> Array: ...  # stable: ties keep the lower index first
+    def topk(self, x: Array, k: int) -> tuple[Array, Array]: ...  # (values, indices), descending
+    def take(self, x: Array, idx: Array) -> Array: ...
+    def scatter(self, x: Array, idx: Array, values: Array) -> Array: ...  # copy of x with x[idx] = values
+    def logsumexp(self, x: Array) -> Array: ...
+    def exp(self, x: Array) -> Array: ...
+    def log(self, x: Array) -> Array: ...
+    def max(self, x: Array) -> Array: ...
+    def sum(self, x: Array) -> Array: ...
+    def isfinite(self, x: Array) -> Array: ...
+    def isnan(self, x: Array) -> Array: ...
+    def minimum(self, x: Array, v: float) -> Array: ...
+    def maximum(self, x: Array, v: float) -> Array: ...
+    def arange(self, n: int) -> Array: ...
+    def zeros(self, n: int) -> Array: ...
+    def stack(self, xs: list[Array]) -> Array: ...
+
+
+class NumpyOps:
+    """The reference executor: plain numpy on the host."""
+
+    name = "numpy"
+
+    def f32(self, x: Any) -> np.ndarray:
+        return np.asarray(x, dtype=np.float32)
+
+    def numpy(self, x: np.ndarray) -> np.ndarray:
+        return np.asarray(x)
+
+    def sync(self, arrays: list[np.ndarray]) -> None:
+        pass
+
+    where = staticmethod(np.where)
+    exp = staticmethod(np.exp)
+    max = staticmethod(np.max)
+    sum = staticmethod(np.sum)
+    isfinite = staticmethod(np.isfinite)
+    isnan = staticmethod(np.isnan)
+    minimum = staticmethod(np.minimum)
+    maximum = staticmethod(np.maximum)
+    stack = staticmethod(np.stack)
+
+    def cumsum(self, x: np.ndarray) -> np.ndarray:
+        return np.cumsum(x, dtype=x.dtype)
+
+    def count_cumsum(self, mask: np.ndarray) -> np.ndarray:
+        return np.cumsum(mask, dtype=np.int64)
+
+    def argsort_desc(self, x: np.ndarray) -> np.ndarray:
+        return np.argsort(-x, kind="stable")
+
+    def topk(self, x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        k = min(k, x.shape[0])
+        part = np.argpartition(-x, k - 1)[:k] if k < x.shape[0] else np.arange(x.shape[0])
+        idx = part[np.lexsort((part, -x[part]))]  # by value descending, ties by lower id
+        return x[idx], idx
+
+    def take(self, x: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        return x[idx]
+
+    def scatter(self, x: np.ndarray, idx: np.ndarray, values: np.ndarray) -> np.ndarray:
+        out = x.copy()
+        out[idx] = values
+        return out
+
+    def logsumexp(self, x: np.ndarray) -> np.ndarray:
+        m = np.max(x)
+        if not np.isfinite(m):
+            return m
+        with np.errstate(under="ignore"):
+            return m + np.log(np.sum(np.exp(x - m)))
+
+    def log(self, x: np.ndarray) -> np.ndarray:
+        with np.errstate(divide="ignore"):
+            return np.log(x)
+
+    def arange(self, n: int) -> np.ndarray:
+        return np.arange(n)
+
+    def zeros(self, n: int) -> np.ndarray:
+        return np.zeros(n, dtype=np.float32)
+
+
+NUMPY = NumpyOps()

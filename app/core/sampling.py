@@ -1,0 +1,258 @@
+"""The sampler pipeline: penalties, then small `logits -> logits` stages in the chosen order, then a draw.
+
+Written once against `ArrayOps`, so the same definition runs on numpy (the reference), mlx and torch.
+A stage cuts a token by setting its logit to -inf. The draw is an inverse CDF over the final distribution
+with one uniform number from the run's seeded generator, so a seed gives the same tokens on every backend
+and a recorded step can be re-drawn under other settings. `sample` also records, for the top-N raw
+candidates, what each stage kept: the exact distribution the token was drawn from.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from functools import partial
+
+import numpy as np
+
+from app.core.ops import NUMPY, Array, ArrayOps
+from app.core.settings import SamplerSettings, StageOrder
+
+NEG_INF = float("-inf")
+LOGIT_LIMIT = 1e9  # raw logits are clipped here: NaN/-huge become -inf, +inf becomes this
+SCALED_LIMIT = 1e30  # after temperature
+U_MAX = 1 - 2**-23
+RECORD_K = 256  # raw logits kept per step for re-sampling without the model
+
+Stage = tuple[str, Callable[[ArrayOps, Array], Array]]
+
+
+class NoValidTokenError(RuntimeError):
+    """The model gave no finite logit (NaN/inf everywhere): nothing can be sampled."""
+
+
+def apply_temperature(ops: ArrayOps, x: Array, t: float) -> Array:
+    if t == 0:
+        return apply_top_k(ops, x, 1)  # greedy: the top token, ties to the lowest id
+    y = ops.minimum(ops.maximum(x / t, -SCALED_LIMIT), SCALED_LIMIT)
+    return ops.where(ops.isfinite(x), y, NEG_INF)
+
+
+def apply_top_k(ops: ArrayOps, x: Array, k: int) -> Array:
+    """Keep exactly k tokens (fewer only if fewer are finite); ties at the k-th value go to lower ids."""
+    values, _ = ops.topk(x, k)
+    kth = values[k - 1]
+    above, tied = x > kth, x == kth
+    room = k - ops.sum(above)
+    return ops.where(above | (tied & (ops.count_cumsum(tied) <= room)), x, NEG_INF)
+
+
+def apply_top_p(ops: ArrayOps, x: Array, p: float) -> Array:
+    """Keep the smallest prefix of the most likely tokens whose mass reaches p (at least one token)."""
+    order = ops.argsort_desc(x)
+    sorted_x = ops.take(x, order)
+    sorted_p = ops.take(Dist(ops, x).p, order)
+    before = ops.cumsum(sorted_p) - sorted_p  # mass strictly before each position
+    keep_sorted = (before < max(p, 1e-30)) & ops.isfinite(sorted_x)
+    return ops.scatter(x, order, ops.where(keep_sorted, sorted_x, NEG_INF))
+
+
+def apply_min_p(ops: ArrayOps, x: Array, m: float) -> Array:
+    """Keep tokens whose probability is at least m times the top token's."""
+    return ops.where(x >= ops.max(x) + math.log(m), x, NEG_INF)
+
+
+def make_stages(s: SamplerSettings, vocab: int) -> list[Stage]:
+    """The enabled stages in order; filters always run top-k, top-p, min-p."""
+    filters: list[Stage] = []
+    if 0 < s.top_k < vocab:
+        filters.append(("top_k", partial(apply_top_k, k=s.top_k)))
+    if s.top_p < 1:
+        filters.append(("top_p", partial(apply_top_p, p=s.top_p)))
+    if s.min_p > 0:
+        filters.append(("min_p", partial(apply_min_p, m=s.min_p)))
+    temp: Stage = ("greedy" if s.greedy else "temperature", partial(apply_temperature, t=s.temperature))
+    return [temp, *filters] if s.order == StageOrder.TEMPERATURE_FIRST else [*filters, temp]
+
+
+@dataclass
+class History:
+    """Token counts the penalties need, kept on the device: the whole context and the generated part."""
+
+    context: Array  # (V,) float counts of prompt + generated tokens
+    generated: Array  # (V,) float counts of generated tokens
+
+    @classmethod
+    def start(cls, ops: ArrayOps, vocab: int, prompt_ids: Sequence[int]) -> History:
+        ids = np.asarray([i for i in prompt_ids if 0 <= i < vocab], dtype=np.int64)
+        return cls(ops.f32(np.bincount(ids, minlength=vocab)[:vocab]), ops.zeros(vocab))
+
+    def add(self, ops: ArrayOps, token: Array) -> None:
+        self.context = ops.scatter(self.context, token, ops.take(self.context, token) + 1)
+        self.generated = ops.scatter(self.generated, token, ops.take(self.generated, token) + 1)
+
+
+def apply_penalties(ops: ArrayOps, x: Array, s: SamplerSettings, h: History) -> Array:
+    if s.repetition_penalty != 1:
+        r = s.repetition_penalty
+        x = ops.where(h.context > 0, ops.where(x > 0, x / r, x * r), x)
+    if s.frequency_penalty != 0 or s.presence_penalty != 0:
+        x = x - h.generated * s.frequency_penalty - (h.generated > 0) * s.presence_penalty
+    return x
+
+
+def sanitize(ops: ArrayOps, logits: Array) -> Array:
+    x = ops.f32(logits)
+    return ops.minimum(ops.where(x > -LOGIT_LIMIT, x, NEG_INF), LOGIT_LIMIT)
+
+
+class Dist:
+    """softmax(x) computed stably: shifted by the max, normalized by the sum (exact even for huge logits)."""
+
+    def __init__(self, ops: ArrayOps, x: Array) -> None:
+        self.ops, self.m = ops, ops.max(x)
+        self.xm = x - self.m
+        e = ops.exp(self.xm)
+        self.log_z = ops.log(ops.sum(e))
+        self.p = e / ops.sum(e)
+
+    def logprob(self, idx: Array) -> Array:
+        return self.ops.take(self.xm, idx) - self.log_z
+
+    @property
+    def lse(self) -> Array:
+        return self.m + self.log_z
+
+    def entropy(self) -> Array:
+        return self.log_z - self.ops.sum(self.p * self.ops.where(self.p > 0, self.xm, 0.0))
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One step's outcome on the host. Arrays over the top-N raw candidates are (N,) or (stages, N)."""
+
+    token: int
+    prob: float  # in the final distribution
+    raw_logprob: float
+    rank: int  # 0-based, in the raw distribution
+    entropy: float  # of the raw distribution (nats)
+    final_entropy: float
+    stage_names: tuple[str, ...]
+    kept_counts: np.ndarray  # (stages,)
+    top_ids: np.ndarray  # (RECORD_K,) raw order, descending
+    top_logits: np.ndarray  # (RECORD_K,) sanitized raw logits
+    raw_lse: float  # logsumexp of all raw logits
+    final_probs: np.ndarray  # (N,)
+    kept: np.ndarray  # (stages, N) bool
+    u: float
+
+
+def sample(
+    ops: ArrayOps,
+    logits: Array,
+    settings: SamplerSettings,
+    u: float,
+    *,
+    stages: list[Stage] | None = None,
+    history: History | None = None,
+    top_n: int = 20,
+    record: bool = True,
+) -> Sample | int:
+    """Run the pipeline on one step's logits (V,) and draw with `u` in [0, 1).
+
+    Returns a `Sample` (one host transfer per step), or just the token id when `record` is False.
+    """
+    # -inf arithmetic is intended (masks); a run with no finite logit is caught after the pipeline.
+    with np.errstate(all="ignore"):
+        return _sample(ops, logits, settings, u, stages, history, top_n, record)
+
+
+def _sample(ops, logits, settings, u, stages, history, top_n, record) -> Sample | int:  # noqa: ANN001
+    raw = sanitize(ops, logits)
+    vocab = raw.shape[0]
+    stages = make_stages(settings, vocab) if stages is None else stages
+    x = raw if history is None or not settings.uses_penalties else apply_penalties(ops, raw, settings, history)
+    outs = []
+    for _, fn in stages:
+        x = fn(ops, x)
+        outs.append(x)
+    final = Dist(ops, x)
+    cdf = ops.cumsum(final.p)
+    # u is capped one float32 step below 1 so that u * total < total survives rounding: the first index where
+    # the CDF passes u * total always exists and always has p > 0.
+    token = ops.minimum(ops.sum(cdf <= min(u, U_MAX) * cdf[-1]), vocab - 1)
+    tok = ops.stack([token])  # (1,)
+    if history is not None:
+        history.add(ops, tok)
+    if not record:
+        return _checked_token(ops, final.lse, token)
+    return _record(ops, raw, final, outs, stages, tok, u, top_n)
+
+
+def _checked_token(ops: ArrayOps, lse: Array, token: Array) -> int:
+    values = ops.numpy(ops.stack([lse, ops.f32(token)]))
+    if not math.isfinite(float(values[0])):
+        raise NoValidTokenError("the model produced no finite logits (NaN or infinity): try float32")
+    return int(values[1])
+
+
+def _record(ops, raw, final, outs, stages, tok, u, top_n) -> Sample:  # noqa: ANN001
+    vocab = raw.shape[0]
+    rd = Dist(ops, raw)
+    top_vals, top_ids = ops.topk(raw, min(RECORD_K, vocab))
+    ids_n = top_ids[: min(top_n, vocab)]
+    kept = ops.stack([ops.isfinite(ops.take(o, ids_n)) for o in outs])
+    counts = ops.stack([ops.sum(ops.isfinite(o)) for o in outs])
+    raw_tok = ops.take(raw, tok)
+    rank = ops.sum(raw > raw_tok) + ops.sum((raw == raw_tok) & (ops.arange(vocab) < tok))
+    scalars = ops.stack([
+        ops.f32(tok[0]), ops.take(final.p, tok)[0], rd.logprob(tok)[0], ops.f32(rank),
+        rd.entropy(), final.entropy(), rd.lse, final.lse,
+    ])
+    arrays = [scalars, counts, top_ids, top_vals, ops.take(final.p, ids_n), kept]
+    ops.sync(arrays)
+    sc, counts_h, ids_h, vals_h, final_h, kept_h = (ops.numpy(a) for a in arrays)
+    if not math.isfinite(float(sc[7])):
+        raise NoValidTokenError("the model produced no finite logits (NaN or infinity): try float32")
+    return Sample(
+        token=int(sc[0]), prob=float(sc[1]), raw_logprob=float(sc[2]), rank=int(sc[3]),
+        entropy=max(0.0, float(sc[4])), final_entropy=max(0.0, float(sc[5])),
+        stage_names=tuple(n for n, _ in stages), kept_counts=counts_h.astype(np.int64),
+        top_ids=ids_h.astype(np.int64), top_logits=vals_h.astype(np.float32), raw_lse=float(sc[6]),
+        final_probs=final_h.astype(np.float32), kept=kept_h.astype(bool), u=u,
+    )
+
+
+def resample(
+    top_ids: np.ndarray,
+    top_logits: np.ndarray,
+    settings: SamplerSettings,
+    u: float,
+    *,
+    context_ids: Sequence[int] = (),
+    generated_ids: Sequence[int] = (),
+    top_n: int = 20,
+) -> Sample:
+    """Re-apply `settings` to a recorded step without the model, over its top-`RECORD_K` raw logits.
+
+    Exact whenever every token the new settings keep is among the recorded ones and the cut does not depend
+    on the unrecorded tail: greedy, top-k ≤ RECORD_K (then any top-p / min-p / penalties), min-p alone.
+    Ranks and token ids are those of the full vocabulary.
+    """
+    by_id = np.argsort(top_ids, kind="stable")  # id order, so ties and the CDF walk match the full vocabulary
+    ids, sub = top_ids[by_id], np.asarray(top_logits, dtype=np.float32)[by_id]
+    remap = {int(t): i for i, t in enumerate(ids)}
+    hist = None
+    if settings.uses_penalties:
+        local = lambda seq: [remap[int(t)] for t in seq if int(t) in remap]  # noqa: E731
+        hist = History.start(NUMPY, len(ids), local([*context_ids, *generated_ids]))
+        gen = np.bincount(np.asarray(local(generated_ids), dtype=np.int64), minlength=len(ids))
+        hist.generated = gen.astype(np.float32)
+    s = sample(NUMPY, sub, settings, u, history=hist, top_n=top_n)
+    assert isinstance(s, Sample)
+    return _to_full_vocab(s, ids)
+
+
+def _to_full_vocab(s: Sample, ids: np.ndarray) -> Sample:
+    return replace(s, token=int(ids[s.token]), top_ids=ids[s.top_ids])

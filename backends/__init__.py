@@ -1,0 +1,48 @@
+"""Backends: the framework-specific half of Logit Lab. Each one is imported only when it is used.
+
+`auto` picks MLX on Apple Silicon and torch elsewhere (MLX's CPU build is ~4x slower than torch on Linux),
+falling back to whichever is installed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import platform
+
+from backends.base import Backend, LoadOptions, LoadedModel, ModelInfo, ModelLoadError
+
+__all__ = ["Backend", "LoadOptions", "LoadedModel", "ModelInfo", "ModelLoadError", "get_backend", "installed"]
+
+BACKENDS = {"mlx": ("backends.mlx_backend", "MlxBackend", "mlx_lm"), "torch": ("backends.torch_backend",
+            "TorchBackend", "transformers")}
+INSTALL_HINT = {"mlx": 'pip install "logitlab[mlx]"', "torch": 'pip install "logitlab[torch]"'}
+
+
+def installed(name: str) -> bool:
+    if name == "torch":
+        return all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers"))
+    return all(importlib.util.find_spec(m) is not None for m in ("mlx", "mlx_lm"))
+
+
+def apple_silicon() -> bool:
+    return platform.system() == "Darwin" and platform.machine() == "arm64"
+
+
+def resolve_name(name: str) -> str:
+    if name != "auto":
+        if name not in BACKENDS:
+            raise ModelLoadError(f"unknown backend {name!r}: choose auto, mlx or torch")
+        if not installed(name):
+            raise ModelLoadError(f"the {name} backend is not installed: {INSTALL_HINT[name]}")
+        return name
+    preferred = ["mlx", "torch"] if apple_silicon() else ["torch", "mlx"]
+    for n in preferred:
+        if installed(n):
+            return n
+    raise ModelLoadError(f"no backend is installed: {INSTALL_HINT['torch']} (or [mlx] on a Mac)")
+
+
+def get_backend(name: str = "auto") -> Backend:
+    module, cls, _ = BACKENDS[resolve_name(name)]
+    return getattr(importlib.import_module(module), cls)()

@@ -1,0 +1,99 @@
+"""The tokenizer both backends share: a Hugging Face tokenizer behind the small `Tokenizer` interface.
+
+Streaming detokenization uses `tokenizers.DecodeStream` (constant cost per token, never emits half a UTF-8
+character); `flush` returns what is still held so no byte is ever dropped. Chat templates render only through
+the tokenizer's own sandboxed `apply_chat_template`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from backends.base import LoadOptions, ModelLoadError
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
+
+
+class StreamDecoder:
+    def __init__(self, tok: HFTokenizer) -> None:
+        from tokenizers.decoders import DecodeStream
+
+        self._tok = tok
+        self._fast = getattr(tok.hf, "_tokenizer", None)
+        self._stream = DecodeStream(skip_special_tokens=True) if self._fast is not None else None
+        self._ids: list[int] = []
+        self._emitted = 0  # characters emitted so far
+
+    def add(self, token_id: int) -> str:
+        self._ids.append(token_id)
+        if self._stream is not None:
+            try:
+                piece = self._stream.step(self._fast, token_id) or ""
+                self._emitted += len(piece)
+                return piece
+            except Exception:  # noqa: BLE001 - an id the fast tokenizer rejects: fall back to full decode
+                self._stream = None
+        text = self._tok.decode(self._ids)
+        if text.endswith("\ufffd"):
+            return ""
+        piece, self._emitted = text[self._emitted :], len(text)
+        return piece
+
+    def flush(self) -> str:
+        text = self._tok.decode(self._ids)
+        return text[self._emitted :] if len(text) > self._emitted else ""
+
+
+class HFTokenizer:
+    def __init__(self, hf: Any, extra_eos: Sequence[int] = ()) -> None:
+        self.hf = hf
+        eos = {hf.eos_token_id} if hf.eos_token_id is not None else set()
+        self.eos_ids = frozenset(eos | set(extra_eos))
+        self.bos_id: int | None = hf.bos_token_id
+        self.has_chat_template = bool(getattr(hf, "chat_template", None))
+        self._texts: dict[int, str] = {}
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return list(self.hf.encode(text, add_special_tokens=add_special_tokens))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.hf.decode(list(ids), skip_special_tokens=True)
+
+    def token_text(self, token_id: int) -> str:
+        text = self._texts.get(token_id)
+        if text is None:
+            text = self.hf.decode([token_id], skip_special_tokens=False)
+            self._texts[token_id] = text
+        return text
+
+    def apply_chat_template(self, messages: Sequence[dict[str, str]]) -> str:
+        if not self.has_chat_template:
+            raise ValueError("this model has no chat template: use completion mode")
+        return self.hf.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+
+    def stream(self) -> StreamDecoder:
+        return StreamDecoder(self)
+
+
+def load_tokenizer(path: Path, options: LoadOptions) -> HFTokenizer:
+    from transformers import AutoTokenizer
+
+    if not any((path / f).exists() for f in _TOKENIZER_FILES):
+        raise ModelLoadError(f"{path} has no tokenizer (none of {', '.join(_TOKENIZER_FILES)})")
+    try:
+        hf = AutoTokenizer.from_pretrained(str(path), trust_remote_code=options.trust_remote_code)
+    except Exception as e:  # noqa: BLE001 - tokenizers fail in many ways; say which file and why
+        raise ModelLoadError(f"cannot load the tokenizer in {path}: {e}") from e
+    return HFTokenizer(hf, generation_eos_ids(path))
+
+
+def generation_eos_ids(path: Path) -> list[int]:
+    """EOS ids named in generation_config.json (chat models often stop on more than one)."""
+    f = path / "generation_config.json"
+    if not f.exists():
+        return []
+    eos = json.loads(f.read_text()).get("eos_token_id")
+    return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)

@@ -1,0 +1,198 @@
+"""MLX / mlx-lm backend: mlx-lm's own loader and prompt caches; quantize on load (4 or 8 bits) if asked.
+
+Imported lazily (it imports mlx). MLX streams are thread-local: load, forward and free on the one thread
+that owns the model (the core's model thread does exactly that).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+
+from backends.base import LoadOptions, ModelInfo, ModelLoadError
+from backends.checks import check_folder, kv_bytes_per_token
+from backends.hf_tokenizer import HFTokenizer, load_tokenizer
+
+DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
+
+
+class MlxOps:
+    """The sampler's array ops on mlx arrays (1-D); lazy until `sync`."""
+
+    name = "mlx"
+
+    def f32(self, x: Any) -> mx.array:
+        return x.astype(mx.float32) if isinstance(x, mx.array) else mx.array(np.asarray(x, dtype=np.float32))
+
+    def numpy(self, x: mx.array) -> np.ndarray:
+        return np.array(x)
+
+    def sync(self, arrays: list[mx.array]) -> None:
+        mx.eval(*arrays)
+
+    def where(self, cond: mx.array, a: Any, b: Any) -> mx.array:
+        return mx.where(cond, a, b)
+
+    def cumsum(self, x: mx.array) -> mx.array:
+        return mx.cumsum(x)
+
+    def count_cumsum(self, mask: mx.array) -> mx.array:
+        return mx.cumsum(mask.astype(mx.int32))
+
+    def argsort_desc(self, x: mx.array) -> mx.array:
+        return mx.argsort(-x)
+
+    def topk(self, x: mx.array, k: int) -> tuple[mx.array, mx.array]:
+        k = min(k, x.shape[0])
+        idx = mx.argpartition(-x, k - 1)[:k] if k < x.shape[0] else mx.arange(x.shape[0])
+        idx = idx[mx.argsort(-x[idx])]
+        return x[idx], idx
+
+    def take(self, x: mx.array, idx: mx.array) -> mx.array:
+        return x[idx]
+
+    def scatter(self, x: mx.array, idx: mx.array, values: mx.array) -> mx.array:
+        out = mx.array(x)
+        out[idx] = values
+        return out
+
+    def logsumexp(self, x: mx.array) -> mx.array:
+        return mx.logsumexp(x)
+
+    exp = staticmethod(mx.exp)
+    log = staticmethod(mx.log)
+    isfinite = staticmethod(mx.isfinite)
+    isnan = staticmethod(mx.isnan)
+    max = staticmethod(mx.max)
+    sum = staticmethod(mx.sum)
+
+    def minimum(self, x: mx.array, v: float) -> mx.array:
+        return mx.minimum(x, v)
+
+    def maximum(self, x: mx.array, v: float) -> mx.array:
+        return mx.maximum(x, v)
+
+    def arange(self, n: int) -> mx.array:
+        return mx.arange(n)
+
+    def zeros(self, n: int) -> mx.array:
+        return mx.zeros(n, dtype=mx.float32)
+
+    def stack(self, xs: list[Any]) -> mx.array:
+        return mx.stack([x if isinstance(x, mx.array) else mx.array(x) for x in xs])
+
+
+class MlxModel:
+    def __init__(self, model: nn.Module, tokenizer: HFTokenizer, info: ModelInfo) -> None:
+        self.model, self.tokenizer, self.info = model, tokenizer, info
+        self.ops = MlxOps()
+
+    def new_cache(self) -> list[Any]:
+        from mlx_lm.models.cache import make_prompt_cache
+
+        return make_prompt_cache(self.model)
+
+    def forward(self, tokens: Sequence[int] | mx.array, cache: list[Any], all_logits: bool = False) -> mx.array:
+        ids = tokens if isinstance(tokens, mx.array) else mx.array(list(tokens))
+        logits = self.model(ids.reshape(1, -1), cache=cache)[0]
+        return logits.astype(mx.float32) if all_logits else logits[-1].astype(mx.float32)
+
+    def trim(self, cache: list[Any], n: int) -> None:
+        from mlx_lm.models.cache import trim_prompt_cache
+
+        if n > 0:
+            trim_prompt_cache(cache, n)
+
+    def cache_bytes(self, cache: list[Any]) -> int:
+        return sum(c.nbytes for c in cache)
+
+    def close(self) -> None:
+        # Dropping the references frees the weights. mx.clear_cache() here would make the process abort at
+        # exit ("terminate called without an active exception", mlx 0.32.4) when called off the main thread.
+        self.model = None
+
+
+class MlxBackend:
+    name = "mlx"
+
+    def available(self) -> bool:
+        return True
+
+    def load(self, path: Path, options: LoadOptions) -> MlxModel:
+        from mlx_lm.utils import load_model
+
+        config = check_folder(path, options)
+        if options.allow_pickle and not list(path.glob("*.safetensors")):
+            raise ModelLoadError(f"{path.name} has only pickle weights; the MLX backend reads safetensors only")
+        tokenizer = load_tokenizer(path, options)
+        try:
+            model, config = load_model(path, trust_remote_code=options.trust_remote_code)
+        except (ValueError, KeyError, FileNotFoundError, ImportError) as e:
+            raise ModelLoadError(f"MLX cannot load {path.name}: {str(e).splitlines()[0]}") from e
+        dtype = pick_dtype(options.dtype, config)
+        if dtype is not None:
+            model.set_dtype(dtype)
+        quant = config.get("quantization")
+        if options.quantize_bits and not quant:
+            quant = quantize(model, options.quantize_bits, options.group_size)
+        mx.eval(model.parameters())
+        return MlxModel(model, tokenizer, make_info(path, config, model, quant))
+
+
+def pick_dtype(requested: str | None, config: dict) -> Any:
+    if requested:
+        if requested not in DTYPES:
+            raise ModelLoadError(f"dtype must be one of {', '.join(DTYPES)}, got {requested!r}")
+        return DTYPES[requested]
+    # MLX's CPU build (Linux) is fastest and exact in float32; an Apple GPU keeps the file's dtype.
+    return mx.float32 if mx.default_device() == mx.cpu and not config.get("quantization") else None
+
+
+def quantize(model: nn.Module, bits: int, group_size: int) -> dict:
+    if bits not in (4, 8):
+        raise ModelLoadError(f"quantize to 4 or 8 bits, not {bits}")
+
+    def quantizable(_: str, m: nn.Module) -> bool:
+        w = getattr(m, "weight", None)
+        return hasattr(m, "to_quantized") and w is not None and w.shape[-1] % group_size == 0
+
+    nn.quantize(model, group_size=group_size, bits=bits, class_predicate=quantizable)
+    return {"bits": bits, "group_size": group_size}
+
+
+def make_info(path: Path, config: dict, model: nn.Module, quant: dict | None) -> ModelInfo:
+    from mlx.utils import tree_flatten
+
+    text = config.get("text_config", config)
+    heads = text.get("num_attention_heads", 0)
+    hidden = text.get("hidden_size", 0)
+    head_dim = text.get("head_dim") or (hidden // heads if heads else 0)
+    kv_heads = text.get("num_key_value_heads") or heads
+    leaves = tree_flatten(model.parameters())
+    weight_bytes = sum(v.nbytes for _, v in leaves)
+    params = parameter_count(leaves, quant)
+    act = next((v.dtype for k, v in leaves if k.endswith("norm.weight")), mx.float32)
+    return ModelInfo(
+        name=path.name, backend="mlx", architecture=(config.get("architectures") or [config.get("model_type")])[0],
+        parameters=params, layers=text.get("num_hidden_layers", 0), heads=heads, kv_heads=kv_heads,
+        head_dim=head_dim, hidden_size=hidden, vocab_size=text.get("vocab_size", 0),
+        context_length=text.get("max_position_embeddings", 0) or 0, dtype=str(act).removeprefix("mlx.core."),
+        device=str(mx.default_device()), quantization=f"{quant['bits']}-bit, group {quant['group_size']}"
+        if quant else None, weight_bytes=weight_bytes,
+        kv_bytes_per_token=kv_bytes_per_token(text.get("num_hidden_layers", 0), kv_heads, head_dim, act.size),
+    )
+
+
+def parameter_count(leaves: list[tuple[str, mx.array]], quant: dict | None) -> int:
+    """Logical parameters: packed quantized weights count as 32 / bits values per element."""
+    total = 0
+    for k, v in leaves:
+        if k.endswith((".scales", ".biases")):
+            continue
+        total += v.size * (32 // quant["bits"]) if quant and v.dtype == mx.uint32 else v.size
+    return total

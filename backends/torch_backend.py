@@ -1,0 +1,198 @@
+"""PyTorch / transformers backend: `AutoModelForCausalLM` with its `DynamicCache`, device cuda > mps > cpu.
+
+Imported lazily (it imports torch). Only safetensors load unless the user opts in to pickle weights, which
+then load with `weights_only=True`; `trust_remote_code` is passed explicitly (False unless opted in).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from backends.base import LoadOptions, ModelInfo, ModelLoadError
+from backends.checks import check_folder, kv_bytes_per_token
+from backends.hf_tokenizer import HFTokenizer, load_tokenizer
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+class TorchOps:
+    """The sampler's array ops on torch tensors (1-D), on the model's device."""
+
+    name = "torch"
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def f32(self, x: Any) -> torch.Tensor:
+        return torch.as_tensor(x, dtype=torch.float32, device=self.device)
+
+    def numpy(self, x: torch.Tensor) -> np.ndarray:
+        return x.detach().cpu().numpy()
+
+    def sync(self, arrays: list[torch.Tensor]) -> None:
+        pass  # .cpu() synchronizes
+
+    def where(self, cond: torch.Tensor, a: Any, b: Any) -> torch.Tensor:
+        return torch.where(cond, a, b)
+
+    def cumsum(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cumsum(x, 0)
+
+    def count_cumsum(self, mask: torch.Tensor) -> torch.Tensor:
+        return torch.cumsum(mask.to(torch.int64), 0)
+
+    def argsort_desc(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sort(x, descending=True, stable=True).indices
+
+    def topk(self, x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        v, i = torch.topk(x, min(k, x.shape[0]))
+        return v, i
+
+    def take(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        return x[idx]
+
+    def scatter(self, x: torch.Tensor, idx: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        out = x.clone()
+        out[idx] = values.to(out.dtype)
+        return out
+
+    def logsumexp(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.logsumexp(x, 0)
+
+    exp = staticmethod(torch.exp)
+    log = staticmethod(torch.log)
+    isfinite = staticmethod(torch.isfinite)
+    isnan = staticmethod(torch.isnan)
+
+    def max(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.max(x)
+
+    def sum(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sum(x)
+
+    def minimum(self, x: torch.Tensor, v: float) -> torch.Tensor:
+        return torch.clamp(x, max=v)
+
+    def maximum(self, x: torch.Tensor, v: float) -> torch.Tensor:
+        return torch.clamp(x, min=v)
+
+    def arange(self, n: int) -> torch.Tensor:
+        return torch.arange(n, device=self.device)
+
+    def zeros(self, n: int) -> torch.Tensor:
+        return torch.zeros(n, dtype=torch.float32, device=self.device)
+
+    def stack(self, xs: list[torch.Tensor]) -> torch.Tensor:
+        return torch.stack([torch.as_tensor(x, device=self.device) for x in xs])
+
+
+def pick_device(requested: str | None) -> torch.device:
+    if requested:
+        if requested == "cuda" and not torch.cuda.is_available():
+            raise ModelLoadError("device 'cuda' was asked for, but torch sees no CUDA GPU")
+        if requested == "mps" and not torch.backends.mps.is_available():
+            raise ModelLoadError("device 'mps' was asked for, but this machine has no Apple GPU")
+        return torch.device(requested)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def pick_dtype(requested: str | None, device: torch.device) -> torch.dtype:
+    if requested:
+        if requested not in DTYPES:
+            raise ModelLoadError(f"dtype must be one of {', '.join(DTYPES)}, got {requested!r}")
+        return DTYPES[requested]
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.float16 if device.type == "mps" else torch.float32
+
+
+class TorchModel:
+    def __init__(self, model: Any, tokenizer: HFTokenizer, info: ModelInfo, device: torch.device) -> None:
+        self.model, self.tokenizer, self.info, self.device = model, tokenizer, info, device
+        self.ops = TorchOps(device)
+
+    def new_cache(self) -> Any:
+        from transformers import DynamicCache
+
+        return DynamicCache(config=self.model.config)
+
+    @torch.inference_mode()
+    def forward(self, tokens: Sequence[int] | torch.Tensor, cache: Any, all_logits: bool = False) -> torch.Tensor:
+        ids = torch.as_tensor(tokens, dtype=torch.long, device=self.device).reshape(1, -1)
+        out = self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=0 if all_logits else 1)
+        logits = out.logits[0].float()
+        return logits if all_logits else logits[-1]
+
+    def trim(self, cache: Any, n: int) -> None:
+        if n > 0:
+            cache.crop(cache.get_seq_length() - n)
+
+    def cache_bytes(self, cache: Any) -> int:
+        total = 0
+        for layer in getattr(cache, "layers", []):
+            for t in (getattr(layer, "keys", None), getattr(layer, "values", None)):
+                if isinstance(t, torch.Tensor):
+                    total += t.numel() * t.element_size()
+        return total
+
+    def close(self) -> None:
+        self.model = None
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+class TorchBackend:
+    name = "torch"
+
+    def available(self) -> bool:
+        return True
+
+    def load(self, path: Path, options: LoadOptions) -> TorchModel:
+        from transformers import AutoModelForCausalLM
+
+        config = check_folder(path, options)
+        device = pick_device(options.device)
+        dtype = pick_dtype(options.dtype, device)
+        tokenizer = load_tokenizer(path, options)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(
+                str(path), dtype=dtype, trust_remote_code=options.trust_remote_code,
+                use_safetensors=not options.allow_pickle or None,
+            )
+        except Exception as e:  # noqa: BLE001 - transformers raises many kinds; the message names the cause
+            raise ModelLoadError(f"cannot load the weights in {path}: {first_line(e)}") from e
+        model.to(device).eval()
+        return TorchModel(model, tokenizer, make_info(path, config, model, device, dtype), device)
+
+
+def first_line(e: BaseException) -> str:
+    text = str(e).strip() or type(e).__name__
+    return text.splitlines()[0]
+
+
+def make_info(path: Path, config: dict, model: Any, device: torch.device, dtype: torch.dtype) -> ModelInfo:
+    c = model.config
+    heads = c.num_attention_heads
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // heads
+    kv_heads = getattr(c, "num_key_value_heads", None) or heads
+    params = sum(p.numel() for p in model.parameters())
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    dname = str(dtype).removeprefix("torch.")
+    return ModelInfo(
+        name=path.name, backend="torch", architecture=(config.get("architectures") or [c.model_type])[0],
+        parameters=params, layers=c.num_hidden_layers, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+        hidden_size=c.hidden_size, vocab_size=c.vocab_size,
+        context_length=getattr(c, "max_position_embeddings", 0) or 0, dtype=dname, device=str(device),
+        quantization=None, weight_bytes=weight_bytes,
+        kv_bytes_per_token=kv_bytes_per_token(c.num_hidden_layers, kv_heads, head_dim, dtype.itemsize),
+    )
+

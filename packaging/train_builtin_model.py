@@ -1,0 +1,185 @@
+"""Train Logit Lab's built-in model from scratch on the Python standard library's own source.
+
+Reproducible (seeded), offline, and small enough for a 2-core CPU: a ~6M-parameter Llama-architecture
+decoder with a byte-level BPE tokenizer trained on the spot. Writes a Hugging Face-format folder
+(config.json, model.safetensors in float16, tokenizer files, README.md model card).
+
+    python packaging/train_builtin_model.py --out resources/builtin-model --steps 1500
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+EOS = "<|endoftext|>"
+VOCAB = 4096
+SEQ = 256
+
+
+def source_files() -> tuple[list[Path], list[Path]]:
+    """The stdlib's .py files (no tests, no site-packages), split ~5% held out by a hash of the path."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files = sorted(
+        p for p in root.rglob("*.py")
+        if not {"test", "tests", "site-packages", "idlelib"} & set(p.relative_to(root).parts)
+    )
+    def held_out(p: Path) -> bool:
+        return hashlib.sha256(str(p.relative_to(root)).encode()).digest()[0] < 13
+    return [p for p in files if not held_out(p)], [p for p in files if held_out(p)]
+
+
+def read(p: Path) -> str:
+    return p.read_text(encoding="utf-8", errors="replace")
+
+
+def train_tokenizer(texts: list[str]) -> Tokenizer:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB, special_tokens=[EOS], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(texts, trainer)
+    return tok
+
+
+def encode_all(tok: Tokenizer, texts: list[str]) -> np.ndarray:
+    eos = tok.token_to_id(EOS)
+    ids: list[int] = []
+    for enc in tok.encode_batch(texts):
+        ids.extend(enc.ids)
+        ids.append(eos)
+    return np.asarray(ids, dtype=np.int64)
+
+
+def make_config() -> LlamaConfig:
+    return LlamaConfig(
+        vocab_size=VOCAB, hidden_size=256, intermediate_size=704, num_hidden_layers=6,
+        num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=1024,
+        rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=True,
+        bos_token_id=0, eos_token_id=0, torch_dtype="float16",
+    )
+
+
+@torch.no_grad()
+def evaluate(model: LlamaForCausalLM, data: np.ndarray, batches: int = 8, batch: int = 16) -> float:
+    model.eval()
+    rng = np.random.default_rng(1)
+    losses = []
+    for _ in range(batches):
+        x = sample_batch(data, rng, batch)
+        losses.append(model(input_ids=x, labels=x).loss.item())
+    model.train()
+    return float(np.mean(losses))
+
+
+def sample_batch(data: np.ndarray, rng: np.random.Generator, batch: int) -> torch.Tensor:
+    starts = rng.integers(0, len(data) - SEQ - 1, size=batch)
+    return torch.from_numpy(np.stack([data[s : s + SEQ] for s in starts]))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path("resources/builtin-model"))
+    ap.add_argument("--steps", type=int, default=1500)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = ap.parse_args()
+
+    torch.manual_seed(args.seed)
+    rng = np.random.default_rng(args.seed)
+    train_files, val_files = source_files()
+    train_texts, val_texts = [read(p) for p in train_files], [read(p) for p in val_files]
+    print(f"files: {len(train_files)} train, {len(val_files)} validation", flush=True)
+    tok = train_tokenizer(train_texts)
+    train_ids, val_ids = encode_all(tok, train_texts), encode_all(tok, val_texts)
+    print(f"tokens: {len(train_ids):,} train, {len(val_ids):,} validation", flush=True)
+
+    model = LlamaForCausalLM(make_config()).to(args.device)
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"parameters: {n_params:,}", flush=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
+    warmup = max(1, args.steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, args.steps) / args.steps))
+    )
+    t0 = time.time()
+    for step in range(1, args.steps + 1):
+        x = sample_batch(train_ids, rng, args.batch).to(args.device)
+        loss = model(input_ids=x, labels=x).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        if step % 50 == 0 or step == args.steps:
+            msg = f"step {step}/{args.steps} train loss {loss.item():.3f} ({time.time() - t0:.0f}s)"
+            if step % 250 == 0 or step == args.steps:
+                msg += f" validation loss {evaluate(model, torch.as_tensor(val_ids).numpy()):.3f}"
+            print(msg, flush=True)
+
+    val_loss = evaluate(model, val_ids, batches=32)
+    save(args, model.cpu(), tok, n_params, len(train_ids), val_loss, time.time() - t0, len(train_files), len(val_files))
+
+
+def save(args, model, tok, n_params, n_train, val_loss, seconds, n_train_files, n_val_files) -> None:
+    args.out.mkdir(parents=True, exist_ok=True)
+    model.half().save_pretrained(args.out, safe_serialization=True)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, bos_token=EOS, unk_token=EOS)
+    fast.model_max_length = 1024
+    fast.save_pretrained(args.out)
+    tokens_seen = args.steps * args.batch * SEQ
+    stats = {
+        "parameters": n_params, "training_tokens_seen": tokens_seen, "corpus_tokens": n_train,
+        "validation_loss": round(val_loss, 4), "validation_perplexity": round(math.exp(val_loss), 2),
+        "steps": args.steps, "batch": args.batch, "seq_len": SEQ, "seed": args.seed,
+        "train_seconds": round(seconds), "python": sys.version.split()[0],
+        "train_files": n_train_files, "validation_files": n_val_files,
+    }
+    (args.out / "training.json").write_text(json.dumps(stats, indent=2) + "\n")
+    (args.out / "README.md").write_text(CARD.format(**stats))
+    print(json.dumps(stats), flush=True)
+
+
+CARD = """---
+license: psf-2.0
+library_name: transformers
+tags: [logitlab, tiny, code]
+---
+# Logit Lab built-in model
+
+A tiny Llama-architecture decoder trained from scratch so that Logit Lab works with nothing to download.
+It knows Python only (and not well): it exists to make the playground's charts mean something.
+
+| | |
+|---|---|
+| architecture | LlamaForCausalLM, 6 layers, hidden 256, 8 heads / 4 KV heads, tied embeddings |
+| parameters | {parameters:,} |
+| tokenizer | byte-level BPE, 4,096 tokens, trained on the same data |
+| weights | float16 safetensors |
+| data | the CPython {python} standard library's own `.py` sources (tests, site-packages and idlelib left out), {train_files} files; {validation_files} files held out by a hash of their path |
+| licence of the data | PSF License Agreement (the sources ship with every Python) |
+| training | {steps} steps × {batch} sequences × {seq_len} tokens = {training_tokens_seen:,} tokens seen (corpus {corpus_tokens:,} tokens), AdamW, cosine schedule, seed {seed}, {train_seconds} s |
+| validation loss | {validation_loss} (perplexity {validation_perplexity}) |
+
+Reproduce: `python packaging/train_builtin_model.py --out resources/builtin-model --steps {steps}`
+(needs `torch`, `transformers` and `tokenizers`; the result depends on the Python version's stdlib).
+"""
+
+
+if __name__ == "__main__":
+    main()

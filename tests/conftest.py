@@ -1,0 +1,45 @@
+"""Session fixtures: tiny real models made once per test session, loaded through the real loaders."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+from backends import installed  # noqa: E402
+from backends.base import LoadOptions  # noqa: E402
+from tests.tiny import make_model  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_model(tmp_path_factory.mktemp("models") / "tiny-llama", chat=True)
+
+
+@pytest.fixture(scope="session")
+def torch_model(tiny_path: Path):
+    if not installed("torch"):
+        pytest.skip("torch backend not installed")
+    from backends.torch_backend import TorchBackend
+
+    return TorchBackend().load(tiny_path, LoadOptions(device="cpu", dtype="float32"))
+
+
+@pytest.fixture(scope="session")
+def mlx_model(tiny_path: Path):
+    if not installed("mlx"):
+        pytest.skip("mlx backend not installed")
+    from backends.mlx_backend import MlxBackend
+
+    return MlxBackend().load(tiny_path, LoadOptions(dtype="float32"))
+
+
+@pytest.fixture(scope="session", params=["torch", "mlx"])
+def model(request: pytest.FixtureRequest):
+    return request.getfixturevalue(f"{request.param}_model")

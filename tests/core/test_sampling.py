@@ -1,0 +1,200 @@
+"""The sampler pipeline against its definitions, on the numpy reference. No models, no Qt."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.core.ops import NUMPY
+from app.core.sampling import (
+    History,
+    NoValidTokenError,
+    Sample,
+    apply_min_p,
+    apply_penalties,
+    apply_top_k,
+    apply_top_p,
+    make_stages,
+    resample,
+    sample,
+)
+from app.core.settings import SamplerSettings, SettingsError, StageOrder
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x[np.isfinite(x)].max())
+    return e / e.sum()
+
+
+def final_probs(logits, s: SamplerSettings, history=None) -> np.ndarray:
+    x = np.asarray(logits, dtype=np.float32)
+    if history is not None:
+        x = apply_penalties(NUMPY, x, s, history)
+    for _, fn in make_stages(s, len(x)):
+        x = fn(NUMPY, x)
+    return softmax(x)
+
+
+def draw(logits, s: SamplerSettings, u: float = 0.5, **kw) -> Sample:
+    out = sample(NUMPY, np.asarray(logits, dtype=np.float32), s, u, **kw)
+    assert isinstance(out, Sample)
+    return out
+
+
+LOGITS = np.log(np.array([0.05, 0.4, 0.1, 0.3, 0.15], dtype=np.float32))
+
+
+def test_probabilities_sum_to_one_and_greedy_is_argmax():
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        x = rng.normal(size=50).astype(np.float32) * 3
+        p = final_probs(x, SamplerSettings(temperature=0.7))
+        assert p.sum() == pytest.approx(1.0, abs=1e-5)
+        g = draw(x, SamplerSettings(temperature=0), u=float(rng.random()))
+        assert g.token == int(np.argmax(x)) and g.prob == pytest.approx(1.0)
+
+
+def test_top_k_keeps_exactly_k_with_ties_to_lower_ids():
+    x = np.array([1.0, 3.0, 2.0, 3.0, 2.0, 2.0], dtype=np.float32)
+    kept = np.isfinite(apply_top_k(NUMPY, x, 3))
+    assert kept.tolist() == [False, True, True, True, False, False]  # 3, 3, then the first 2 (id 2)
+    assert np.isfinite(apply_top_k(NUMPY, x, 1)).tolist() == [False, True, False, False, False, False]
+
+
+def test_top_k_at_or_above_vocabulary_is_off():
+    assert [n for n, _ in make_stages(SamplerSettings(top_k=5), 5)] == ["temperature"]
+    assert [n for n, _ in make_stages(SamplerSettings(top_k=4), 5)] == ["temperature", "top_k"]
+
+
+@pytest.mark.parametrize(("p", "expected"), [(0.39, [1]), (0.399, [1]), (0.401, [1, 3]), (0.699, [1, 3]),
+                                             (0.701, [1, 3, 4]), (0.0, [1]), (0.999, [0, 1, 2, 3, 4])])
+def test_top_p_keeps_the_minimal_prefix_reaching_p(p, expected):
+    kept = np.flatnonzero(np.isfinite(apply_top_p(NUMPY, LOGITS, p))).tolist()
+    assert kept == expected
+
+
+def test_min_p_is_relative_to_the_top_probability():
+    probs = softmax(LOGITS)
+    for m in (0.1, 0.3, 0.5, 0.74, 0.76, 1.0):
+        kept = np.isfinite(apply_min_p(NUMPY, LOGITS, m))
+        assert kept.tolist() == (probs >= m * probs.max() - 1e-7).tolist()
+
+
+def test_repetition_penalty_is_ctrl():
+    x = np.array([2.0, -2.0, 2.0, -2.0], dtype=np.float32)
+    h = History.start(NUMPY, 4, [0, 1])
+    out = apply_penalties(NUMPY, x, SamplerSettings(repetition_penalty=2.0), h)
+    assert out.tolist() == [1.0, -4.0, 2.0, -2.0]
+
+
+def test_frequency_and_presence_penalties_are_openai():
+    x = np.zeros(4, dtype=np.float32)
+    h = History.start(NUMPY, 4, [3, 3, 3])  # the prompt does not count for these two
+    for t in (0, 0, 1):
+        h.add(NUMPY, np.array([t]))
+    s = SamplerSettings(frequency_penalty=0.5, presence_penalty=0.25)
+    assert apply_penalties(NUMPY, x, s, h).tolist() == [-1.25, -0.75, 0.0, 0.0]
+
+
+def test_stage_orders_differ_as_documented():
+    # temperature 2 flattens: top-p 0.6 needs more tokens when applied after temperature (temperature first)
+    s = SamplerSettings(temperature=2.0, top_p=0.6)
+    first = final_probs(LOGITS, s.with_(order=StageOrder.TEMPERATURE_FIRST))
+    last = final_probs(LOGITS, s.with_(order=StageOrder.TEMPERATURE_LAST))
+    assert (first > 0).sum() == 3 and (last > 0).sum() == 2
+    names = [n for n, _ in make_stages(s.with_(top_k=2, min_p=0.1, order="temperature-last"), 5)]
+    assert names == ["top_k", "top_p", "min_p", "temperature"]
+
+
+def test_same_seed_same_tokens_and_inverse_cdf():
+    p = softmax(LOGITS)
+    cdf = np.cumsum(p)
+    for u in np.linspace(0, 0.999, 37):
+        tok = draw(LOGITS, SamplerSettings(temperature=1.0), u=float(u)).token
+        assert tok == int(np.searchsorted(cdf, u, side="right"))
+
+
+def test_record_shows_what_each_stage_kept():
+    s = draw(LOGITS, SamplerSettings(temperature=1.0, top_k=3, top_p=0.5), top_n=5)
+    assert s.stage_names == ("temperature", "top_k", "top_p")
+    assert s.top_ids.tolist()[:5] == [1, 3, 4, 2, 0]
+    assert s.kept.tolist() == [[True] * 5, [True, True, True, False, False], [True, True, False, False, False]]
+    assert s.kept_counts.tolist() == [5, 3, 2]
+    assert s.final_probs.sum() == pytest.approx(1.0)
+    assert s.final_probs[0] == pytest.approx(0.4 / 0.7, rel=1e-5)
+
+
+def test_rank_logprob_and_entropy_are_of_the_raw_distribution():
+    p = softmax(LOGITS)
+    s = draw(LOGITS, SamplerSettings(temperature=1.0), u=0.99)
+    assert s.token == 4 and s.rank == 2
+    assert s.raw_logprob == pytest.approx(math.log(0.15), rel=1e-5)
+    assert s.entropy == pytest.approx(float(-(p * np.log(p)).sum()), rel=1e-5)
+
+
+def test_no_finite_logit_is_a_clear_error():
+    with pytest.raises(NoValidTokenError, match="NaN"):
+        draw(np.full(5, np.nan), SamplerSettings())
+
+
+@pytest.mark.parametrize(("kw", "msg"), [({"temperature": -0.1}, "temperature must be a number from 0 to 2"),
+                                         ({"top_p": 1.5}, "top_p"), ({"top_k": -1}, "top_k"),
+                                         ({"seed": -3}, "seed"), ({"stop": ("",)}, "stop")])
+def test_out_of_range_settings_are_refused_with_their_range(kw, msg):
+    with pytest.raises(SettingsError, match=msg):
+        SamplerSettings(**kw)
+
+
+def test_resample_matches_the_full_logits_when_the_kept_set_is_recorded():
+    rng = np.random.default_rng(3)
+    x = (rng.normal(size=2000) * 2).astype(np.float32)
+    full = draw(x, SamplerSettings(temperature=1.0), u=0.3, top_n=20)
+    for s in [SamplerSettings(temperature=0.5, top_k=50), SamplerSettings(temperature=1.3, top_k=200, top_p=0.8),
+              SamplerSettings(temperature=0), SamplerSettings(temperature=0.9, min_p=0.2, order="temperature-last"),
+              SamplerSettings(temperature=1.0, top_k=100, repetition_penalty=1.5, presence_penalty=1.0)]:
+        for u in (0.01, 0.37, 0.93):
+            h = History.start(NUMPY, len(x), [int(full.top_ids[0]), int(full.top_ids[5])])
+            h.add(NUMPY, np.array([int(full.top_ids[1])]))
+            want = draw(x, s, u=u, history=h if s.uses_penalties else None)
+            got = resample(full.top_ids, full.top_logits, s, u,
+                           context_ids=[int(full.top_ids[0]), int(full.top_ids[5])],
+                           generated_ids=[int(full.top_ids[1])])
+            assert got.token == want.token and got.rank == want.rank
+            assert got.prob == pytest.approx(want.prob, rel=1e-4)
+            assert got.top_ids[:20].tolist() == want.top_ids[:20].tolist()
+            np.testing.assert_allclose(got.final_probs, want.final_probs, rtol=1e-4, atol=1e-7)
+
+
+extreme = st.one_of(st.sampled_from([-np.inf, np.inf, np.nan, 1e30, -1e30, 0.0, 88.0, -88.0]),
+                    st.floats(-50, 50, width=32))
+any_settings = st.builds(
+    SamplerSettings,
+    temperature=st.sampled_from([0.0, 0.01, 0.5, 1.0, 2.0]), top_k=st.integers(0, 12),
+    top_p=st.sampled_from([0.0, 0.1, 0.5, 0.9, 1.0]), min_p=st.sampled_from([0.0, 0.05, 0.5, 1.0]),
+    repetition_penalty=st.sampled_from([0.5, 1.0, 2.0]), frequency_penalty=st.sampled_from([-2.0, 0.0, 2.0]),
+    presence_penalty=st.sampled_from([-2.0, 0.0, 2.0]), order=st.sampled_from(list(StageOrder)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(logits=st.lists(extreme, min_size=1, max_size=12), s=any_settings, u=st.floats(0, 1, exclude_max=True),
+       seen=st.lists(st.integers(0, 11), max_size=5))
+def test_fuzz_never_nan_never_empty_always_a_kept_token(logits, s, u, seen):
+    x = np.asarray(logits, dtype=np.float32)
+    if not (x > -1e9).any():
+        with pytest.raises(NoValidTokenError):
+            draw(x, s, u)
+        return
+    h = History.start(NUMPY, len(x), [t for t in seen if t < len(x)])
+    out = draw(x, s, u, history=h)
+    assert 0 <= out.token < len(x)
+    assert np.isfinite(out.final_probs).all() and np.isfinite([out.prob, out.entropy, out.final_entropy]).all()
+    assert out.prob > 0 and out.kept_counts.min() >= 1
+    assert np.isclose(out.final_probs.sum(), 1.0, atol=1e-4) or len(x) > 20
+    kept_by_all = out.kept.all(axis=0) if len(out.stage_names) else np.ones(len(out.top_ids), bool)
+    pos = int(np.flatnonzero(out.top_ids == out.token)[0])
+    assert kept_by_all[pos]
