@@ -10,7 +10,7 @@ import importlib
 import importlib.util
 import platform
 
-from backends.base import Backend, LoadOptions, LoadedModel, ModelInfo, ModelLoadError
+from backends.base import Backend, LoadedModel, LoadOptions, ModelInfo, ModelLoadError
 
 __all__ = ["Backend", "LoadOptions", "LoadedModel", "ModelInfo", "ModelLoadError", "get_backend", "installed"]
 

@@ -85,7 +85,7 @@ def load_tokenizer(path: Path, options: LoadOptions) -> HFTokenizer:
         raise ModelLoadError(f"{path} has no tokenizer (none of {', '.join(_TOKENIZER_FILES)})")
     try:
         hf = AutoTokenizer.from_pretrained(str(path), trust_remote_code=options.trust_remote_code)
-    except Exception as e:  # noqa: BLE001 - tokenizers fail in many ways; say which file and why
+    except Exception as e:
         raise ModelLoadError(f"cannot load the tokenizer in {path}: {e}") from e
     return HFTokenizer(hf, generation_eos_ids(path))
 

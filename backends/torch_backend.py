@@ -168,7 +168,7 @@ class TorchBackend:
                 str(path), dtype=dtype, trust_remote_code=options.trust_remote_code,
                 use_safetensors=not options.allow_pickle or None,
             )
-        except Exception as e:  # noqa: BLE001 - transformers raises many kinds; the message names the cause
+        except Exception as e:
             raise ModelLoadError(f"cannot load the weights in {path}: {first_line(e)}") from e
         model.to(device).eval()
         return TorchModel(model, tokenizer, make_info(path, config, model, device, dtype), device)

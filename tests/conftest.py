@@ -8,13 +8,13 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-from pathlib import Path  # noqa: E402
+from pathlib import Path
 
-import pytest  # noqa: E402
+import pytest
 
-from backends import installed  # noqa: E402
-from backends.base import LoadOptions  # noqa: E402
-from tests.tiny import make_model  # noqa: E402
+from backends import installed
+from backends.base import LoadOptions
+from tests.tiny import make_model
 
 
 @pytest.fixture(scope="session")

@@ -75,7 +75,7 @@ class ModelThread:
                 self.events.put(Failed(job.request.id, str(e)))
             except Cancelled:
                 self.events.put(Finished(job.request.id, "cancelled", Metrics(), None))
-            except Exception as e:  # noqa: BLE001 - never let the thread die silently
+            except Exception as e:
                 log.exception("generation failed")
                 self.events.put(Failed(job.request.id, f"unexpected error: {type(e).__name__}: {e}"))
             finally:

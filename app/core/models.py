@@ -102,7 +102,7 @@ def _progress_tqdm(progress: Progress | None, cancel: threading.Event | None) ->
     from tqdm.auto import tqdm
 
     class Reporter(tqdm):  # type: ignore[misc, valid-type]
-        def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+        def __init__(self, *args, **kwargs) -> None:
             kwargs["disable"] = True
             super().__init__(*args, **kwargs)
             self.done = 0

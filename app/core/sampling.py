@@ -245,7 +245,7 @@ def resample(
     remap = {int(t): i for i, t in enumerate(ids)}
     hist = None
     if settings.uses_penalties:
-        local = lambda seq: [remap[int(t)] for t in seq if int(t) in remap]  # noqa: E731
+        local = lambda seq: [remap[int(t)] for t in seq if int(t) in remap]
         hist = History.start(NUMPY, len(ids), local([*context_ids, *generated_ids]))
         gen = np.bincount(np.asarray(local(generated_ids), dtype=np.int64), minlength=len(ids))
         hist.generated = gen.astype(np.float32)

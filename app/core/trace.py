@@ -47,7 +47,7 @@ class StepTrace:
 
     def cut_by(self, i: int) -> str | None:
         """The first stage that cut candidate i, or None if it was kept."""
-        for name, kept in zip(self.sample.stage_names, self.sample.kept[:, i]):
+        for name, kept in zip(self.sample.stage_names, self.sample.kept[:, i], strict=True):
             if not kept:
                 return name
         return None

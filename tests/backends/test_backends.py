@@ -1,0 +1,124 @@
+"""Both real backends on the same tiny weights: parity, the KV cache, the shared pipeline, detokenization."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from app.core.events import Finished, Message, Request, Step
+from app.core.generation import generate
+from app.core.ops import NUMPY
+from app.core.sampling import History, Sample, sample
+from app.core.settings import SamplerSettings
+
+PROMPT = "def add(a, b):"
+
+
+def run(model, settings: SamplerSettings, prompt: str = PROMPT, **kw) -> tuple[list[Step], Finished]:
+    events = list(generate(model, Request(prompt=prompt, settings=settings, **kw), threading.Event()))
+    return [e for e in events if isinstance(e, Step)], events[-1]
+
+
+def test_same_weights_same_logits_on_mlx_and_torch(torch_model, mlx_model):
+    ids = torch_model.tokenizer.encode("Hello, world! こんにちは 🙂")
+    assert ids == mlx_model.tokenizer.encode("Hello, world! こんにちは 🙂")
+    t = torch_model.forward(ids, torch_model.new_cache(), all_logits=True).numpy()
+    m = np.array(mlx_model.forward(ids, mlx_model.new_cache(), all_logits=True))
+    assert t.shape == m.shape == (len(ids), torch_model.info.vocab_size)
+    np.testing.assert_allclose(m, t, atol=2e-4, rtol=1e-4)
+
+
+def test_identical_greedy_and_seeded_output_on_both_backends(torch_model, mlx_model):
+    for s in (SamplerSettings(temperature=0, max_tokens=24), SamplerSettings(temperature=1.0, top_p=0.9, seed=7,
+                                                                             max_tokens=24)):
+        a, _ = run(torch_model, s)
+        b, _ = run(mlx_model, s)
+        assert [x.token_id for x in a] == [x.token_id for x in b]
+
+
+def test_cached_decoding_equals_recomputing_the_whole_sequence(model):
+    steps, _ = run(model, SamplerSettings(temperature=0, max_tokens=16))
+    ids = model.tokenizer.encode(PROMPT)
+    for st in steps:
+        logits = model.ops.numpy(model.forward(ids, model.new_cache()))
+        assert int(np.argmax(logits)) == st.token_id
+        ids.append(st.token_id)
+
+
+def test_the_pipeline_runs_the_same_on_the_backend_as_on_numpy(model):
+    rng = np.random.default_rng(5)
+    vocab = model.info.vocab_size
+    cases = [SamplerSettings(temperature=0.7), SamplerSettings(temperature=1.2, top_k=20, top_p=0.8),
+             SamplerSettings(temperature=0.9, min_p=0.05, order="temperature-last"),
+             SamplerSettings(temperature=1.0, repetition_penalty=1.3, frequency_penalty=0.5, presence_penalty=0.4)]
+    for s in cases:
+        x = (rng.normal(size=vocab) * 3).astype(np.float32)
+        u = float(rng.random())
+        hn, hb = History.start(NUMPY, vocab, [1, 2, 3]), History.start(model.ops, vocab, [1, 2, 3])
+        want = sample(NUMPY, x, s, u, history=hn)
+        got = sample(model.ops, model.ops.f32(x), s, u, history=hb)
+        assert isinstance(got, Sample) and isinstance(want, Sample)
+        assert got.token == want.token and got.rank == want.rank
+        assert got.top_ids[:20].tolist() == want.top_ids[:20].tolist()
+        np.testing.assert_array_equal(got.kept, want.kept)
+        np.testing.assert_array_equal(got.kept_counts, want.kept_counts)
+        np.testing.assert_allclose(got.final_probs, want.final_probs, rtol=1e-4, atol=1e-6)
+        assert got.entropy == pytest.approx(want.entropy, rel=1e-4)
+        np.testing.assert_allclose(model.ops.numpy(hb.generated), hn.generated)
+
+
+def test_streaming_detokenization_is_byte_exact_for_emoji_and_cjk(model):
+    text = "naïve café 🙂🚀 温度は確率を変える。 こんにちは世界 👋🌍 done"
+    ids = model.tokenizer.encode(text)
+    dec = model.tokenizer.stream()
+    pieces = [dec.add(i) for i in ids]
+    assert "".join(pieces) + dec.flush() == text
+    assert all("\ufffd" not in p for p in pieces)
+
+
+def test_a_broken_character_at_the_end_is_flushed_not_dropped(model):
+    ids = model.tokenizer.encode("🙂")
+    dec = model.tokenizer.stream()
+    out = "".join(dec.add(i) for i in ids[:-1])
+    assert out + dec.flush() == model.tokenizer.decode(ids[:-1])
+
+
+def test_stop_strings_spanning_tokens_are_cut_and_not_shown(model):
+    steps, _ = run(model, SamplerSettings(temperature=0, max_tokens=40))
+    text = "".join(s.text for s in steps)
+    stop = text[5:12]  # some text that spans several tokens of the greedy continuation
+    assert len(model.tokenizer.encode(stop)) > 1
+    steps2, fin2 = run(model, SamplerSettings(temperature=0, max_tokens=40, stop=(stop,)))
+    assert fin2.reason == "stop"
+    assert "".join(s.text for s in steps2) == text[: text.index(stop)]
+
+
+def test_max_tokens_eos_and_metrics(model):
+    steps, fin = run(model, SamplerSettings(temperature=0.8, seed=1, max_tokens=12))
+    assert fin.reason in ("length", "eos") and len(steps) <= 12
+    m = fin.metrics
+    assert m.generated_tokens == len(fin.trace.steps) and m.prompt_tokens == len(model.tokenizer.encode(PROMPT))
+    assert m.ttft_s > 0 and m.kv_cache_bytes > 0 and m.decode_tokens_per_s > 0
+
+
+def test_cancel_is_honoured_within_one_step(model):
+    cancel = threading.Event()
+    gen = generate(model, Request(prompt=PROMPT, settings=SamplerSettings(max_tokens=500)), cancel)
+    n = 0
+    for ev in gen:
+        if isinstance(ev, Step):
+            n += 1
+            if n == 3:
+                cancel.set()
+        if isinstance(ev, Finished):
+            assert ev.reason == "cancelled"
+    assert n <= 4
+
+
+def test_chat_mode_uses_the_template(model):
+    req = Request(messages=(Message("system", "Be brief."), Message("user", "Hi")),
+                  settings=SamplerSettings(max_tokens=3, seed=0))
+    events = list(generate(model, req, threading.Event()))
+    assert events[0].prompt_text == "<|system|>Be brief.\n<|user|>Hi\n<|assistant|>"

@@ -1,0 +1,75 @@
+"""The `logitlab` command as a user runs it: a real subprocess, real tiny models, real exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ENV = {**os.environ, "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TRANSFORMERS_VERBOSITY": "error"}
+STEP_KEYS = {"step", "token_id", "text", "prob", "logprob", "rank", "entropy", "top"}
+SUMMARY_KEYS = {"summary", "finish_reason", "prompt_tokens", "generated_tokens", "ttft_s", "decode_tokens_per_s",
+                "text"}
+
+
+def logitlab(*args: str, stdin: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "app", *args], input=stdin, capture_output=True, text=True,
+                          timeout=180, env=env or ENV)
+
+
+@pytest.mark.parametrize("backend", ["torch", "mlx"])
+def test_generate_json_lines_and_trace_file(tiny_path: Path, tmp_path: Path, backend: str):
+    trace = tmp_path / "run.jsonl"
+    r = logitlab("generate", "--model", str(tiny_path), "--backend", backend, "--prompt", "Hello",
+                 "--max-tokens", "8", "--seed", "3", "--top-k", "20", "--json", "--trace", str(trace))
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    assert lines == [json.loads(x) for x in trace.read_text().splitlines()]
+    *steps, summary = lines
+    assert summary["summary"] is True and summary.keys() >= SUMMARY_KEYS
+    assert summary["generated_tokens"] == len(steps) and summary["text"] == "".join(s["text"] for s in steps)
+    for s in steps:
+        assert s.keys() >= STEP_KEYS and len(s["top"]) == 20
+        raw = [c["raw_prob"] for c in s["top"]]
+        assert raw == sorted(raw, reverse=True)
+        assert sum(c["prob"] for c in s["top"]) == pytest.approx(1.0, abs=1e-3)  # top-k 20
+
+
+def test_same_seed_same_text_from_text_mode_and_stdin(tiny_path: Path):
+    a = logitlab("generate", "--model", str(tiny_path), "--prompt", "Hello", "--max-tokens", "10", "--seed", "5")
+    b = logitlab("generate", "--model", str(tiny_path), "--max-tokens", "10", "--seed", "5", stdin="Hello")
+    assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
+    assert a.stdout == b.stdout and a.stdout.strip()
+    assert "tok/s" in a.stderr and "TTFT" in a.stderr
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--model", "/no/such/folder"], "no model folder at '/no/such/folder'"),
+    (["--temperature", "9"], "temperature must be a number from 0 to 2"),
+    (["--top-p", "-1"], "top_p must be"),
+    (["--backend", "tpu"], "invalid choice"),
+    (["--model", "nobody-here/not-a-model"], "nobody-here/not-a-model"),
+])
+def test_bad_input_exits_nonzero_with_one_clear_line(tiny_path: Path, args: list[str], message: str):
+    full = ["generate", "--prompt", "x", "--max-tokens", "2", *args]
+    if "--model" not in args:
+        full += ["--model", str(tiny_path)]
+    r = logitlab(*full)
+    assert r.returncode != 0
+    assert message in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_a_hub_id_offline_names_the_model_and_what_to_do(tmp_path: Path):
+    env = {**ENV, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
+    r = logitlab("generate", "--model", "Qwen/Qwen2.5-0.5B-Instruct", "--prompt", "x", env=env)
+    assert r.returncode == 1
+    assert "Qwen/Qwen2.5-0.5B-Instruct is not in the local Hugging Face cache" in r.stderr
+    env["HF_HUB_OFFLINE"] = "0"  # these machines have no network: the real download fails, clearly
+    r = logitlab("generate", "--model", "Qwen/Qwen2.5-0.5B-Instruct", "--prompt", "x", env=env)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "cannot download Qwen/Qwen2.5-0.5B-Instruct" in r.stderr
