@@ -63,9 +63,13 @@ class HFTokenizer:
         return self.hf.decode(list(ids), skip_special_tokens=True)
 
     def token_text(self, token_id: int) -> str:
+        """One token for display; a byte-level piece of a character shows its bytes, e.g. ‹e3 81›."""
         text = self._texts.get(token_id)
         if text is None:
             text = self.hf.decode([token_id], skip_special_tokens=False)
+            if "\ufffd" in text:
+                raw = _token_bytes(self.hf.convert_ids_to_tokens(token_id))
+                text = text if raw is None else "‹" + raw.hex(" ") + "›"
             self._texts[token_id] = text
         return text
 
@@ -97,3 +101,29 @@ def generation_eos_ids(path: Path) -> list[int]:
         return []
     eos = json.loads(f.read_text()).get("eos_token_id")
     return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+
+
+def _bytes_to_unicode() -> dict[str, int]:
+    """GPT-2's byte-level alphabet, inverted: the printable character that stands for each byte."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), 256))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs, strict=True)}
+
+
+_BYTE_OF = _bytes_to_unicode()
+
+
+def _token_bytes(token: str | None) -> bytes | None:
+    """The raw bytes of a byte-level BPE token, or None for other tokenizers' tokens."""
+    if not token:
+        return None
+    if token.startswith("<0x") and token.endswith(">") and len(token) == 6:  # sentencepiece byte fallback
+        return bytes([int(token[3:5], 16)])
+    if all(ch in _BYTE_OF for ch in token):
+        return bytes(_BYTE_OF[ch] for ch in token)
+    return None

@@ -40,6 +40,7 @@ class ModelThread:
         self._lock = threading.Lock()
         self._model: LoadedModel | None = None
         self._spec: ModelSpec | None = None
+        self._just_loaded = False
         self._thread = threading.Thread(target=self._run, name="logitlab-model", daemon=True)
         self._thread.start()
 
@@ -86,12 +87,15 @@ class ModelThread:
     def _serve(self, job: _Job) -> None:
         model = self._ensure(job)
         if job.load_only:
+            if job.request.model == self._spec and not self._just_loaded:
+                self.events.put(Loaded(job.request.id, model.info, 0.0))  # already loaded: say so
             return
         for event in generate(model, job.request, job.cancel):
             self.events.put(event)
 
     def _ensure(self, job: _Job) -> LoadedModel:
         spec, rid = job.request.model, job.request.id
+        self._just_loaded = False
         if self._model is not None and spec == self._spec:
             return self._model
         self._unload()
@@ -105,6 +109,7 @@ class ModelThread:
         backend = get_backend(spec.backend)
         self.events.put(Loading(rid, f"Loading {spec.label} with {backend.name}…"))
         self._model, self._spec = backend.load(path, spec.options), spec
+        self._just_loaded = True
         self.events.put(Loaded(rid, self._model.info, time.perf_counter() - t0))
         return self._model
 

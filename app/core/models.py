@@ -37,7 +37,7 @@ class ModelSpec:
         return "built-in model" if self.source == BUILTIN_NAME else self.source
 
 
-class Cancelled(Exception):
+class Cancelled(Exception):  # noqa: N818 - a user action, not an error
     """The user cancelled a download."""
 
 

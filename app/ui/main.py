@@ -1,0 +1,77 @@
+"""Starts the window: `logitlab` (and `logitlab --screenshot out.png`, which runs one generation, selects its
+last step, saves a picture of the whole window and exits).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication
+
+from app.core.models import ModelSpec
+from app.core.settings import SamplerSettings
+
+
+def make_app() -> QApplication:
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setApplicationName("Logit Lab")
+    app.setOrganizationName("LogitLab")
+    return app
+
+
+def headless() -> bool:
+    """Linux with no display server and no platform chosen."""
+    return (sys.platform.startswith("linux") and not os.environ.get("QT_QPA_PLATFORM")
+            and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"))
+
+
+def run_window(spec: ModelSpec, settings: SamplerSettings, prompt: str | None = None,
+               screenshot: str | None = None) -> int:
+    if headless():
+        if not screenshot:
+            print("logitlab: error: no display to open the window on (set DISPLAY, or use "
+                  "'logitlab generate' in a terminal, or '--screenshot out.png')", file=sys.stderr)
+            return 1
+        os.environ["QT_QPA_PLATFORM"] = "offscreen"  # a screenshot needs no screen
+    import pyqtgraph as pg
+
+    pg.setConfigOptions(antialias=False, useNumba=False)
+    app = make_app()
+    from app.ui.main_window import MainWindow
+
+    window = MainWindow(spec=spec)
+    if screenshot or settings != SamplerSettings():
+        window.sampler.set_settings(settings)
+        window.sampler.lock.setChecked(settings.seed is not None or window.sampler.lock.isChecked())
+    if prompt is not None:
+        window.prompt.set_prompt(prompt)
+    window.show()
+    if screenshot:
+        return _screenshot(app, window, screenshot)
+    return app.exec()
+
+
+def _screenshot(app: QApplication, window, path: str) -> int:  # noqa: ANN001 - MainWindow
+    result = {"code": 0}
+
+    def save() -> None:
+        window.grab().save(path)
+        print(f"saved {path}", file=sys.stderr)
+        window.close()
+
+    def finished(_ev: object) -> None:
+        window.playground.select_step(len(window.playground.steps) - 1)
+        QTimer.singleShot(300, save)
+
+    def failed(message: str) -> None:
+        print(f"logitlab: error: {message}", file=sys.stderr)
+        result["code"] = 1
+        QTimer.singleShot(100, save)
+
+    window.playground.finished.connect(finished)
+    window.playground.failed.connect(failed)
+    QTimer.singleShot(0, window.generate)
+    app.exec()
+    return result["code"]

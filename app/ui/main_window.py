@@ -1,0 +1,315 @@
+"""The main window: composes the widgets and wires them to the `Playground` view-model. No logic of its own
+beyond the wiring, remembered layout and settings (QSettings), and the error banner.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import json
+
+from PySide6.QtCore import QSettings, Qt
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QMainWindow,
+    QPushButton,
+    QScrollArea,
+    QSplitter,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.core.events import Finished, Prefilled, Request
+from app.core.models import ModelSpec
+from app.core.settings import SamplerSettings, SettingsError
+from app.ui.charts import StepChart, TimelineChart
+from app.ui.model_bar import ModelBar
+from app.ui.panels import MetricsStrip, ModelCard
+from app.ui.playground import Playground
+from app.ui.prompt_editor import PromptEditor
+from app.ui.sampler_panel import SamplerPanel
+from app.ui.token_view import TokenView
+
+MAX_RECENT = 10
+
+
+class Banner(QWidget):
+    """An error line a person can act on, shown above the work area until closed."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("banner")
+        self.setStyleSheet("#banner { background: #b3261e; border-radius: 4px; } QLabel, QToolButton { color: white; }")
+        self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
+        self.label = QLabel(wordWrap=True, textInteractionFlags=Qt.TextInteractionFlag.TextSelectableByMouse)
+        close = QToolButton(text="✕", autoRaise=True, toolTip="Dismiss")
+        close.clicked.connect(self.hide)
+        row = QHBoxLayout(self)
+        row.setContentsMargins(8, 4, 4, 4)
+        row.addWidget(self.label, 1)
+        row.addWidget(close)
+        self.hide()
+
+    def show_message(self, text: str) -> None:
+        self.label.setText(text)
+        self.show()
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, settings: QSettings | None = None, spec: ModelSpec | None = None) -> None:
+        super().__init__()
+        self.setWindowTitle("Logit Lab")
+        self.store = settings or QSettings("LogitLab", "Logit Lab")
+        self.playground = Playground(self)
+        self.model_bar = ModelBar()
+        self.prompt = PromptEditor()
+        self.sampler = SamplerPanel()
+        self.output = TokenView()
+        self.step_chart = StepChart()
+        self.timeline = TimelineChart()
+        self.metrics = MetricsStrip()
+        self.model_card = ModelCard()
+        self.banner = Banner()
+        self.step_title = QLabel("<b>Next-token distribution</b>")
+        self.generate_button = QPushButton("Generate")
+        self.stop_button = QPushButton("Stop", enabled=False)
+        self._build_actions()
+        self._build_layout()
+        self._wire()
+        self._restore(spec)
+        self.playground.load(self.model_bar.spec())
+
+    # layout -------------------------------------------------------------------------------------------------
+    def _build_actions(self) -> None:
+        self.generate_action = QAction("&Generate", self, shortcut=QKeySequence("Ctrl+Return"),
+                                       toolTip="Generate (Ctrl+Enter)")
+        self.generate_action.setShortcuts([QKeySequence("Ctrl+Return"), QKeySequence("Ctrl+Enter")])
+        self.stop_action = QAction("&Stop", self, shortcut=QKeySequence(Qt.Key.Key_Escape), enabled=False,
+                                   toolTip="Stop (Esc)")
+        self.open_action = QAction("&Open model folder…", self, shortcut=QKeySequence.StandardKey.Open)
+        quit_action = QAction("&Quit", self, shortcut=QKeySequence.StandardKey.Quit)
+        quit_action.triggered.connect(self.close)
+        reset_action = QAction("&Reset sampler settings", self)
+        reset_action.triggered.connect(self.sampler.reset_all)
+        for a in (self.generate_action, self.stop_action):
+            a.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        menu = self.menuBar()
+        file_menu = menu.addMenu("&File")
+        file_menu.addAction(self.open_action)
+        file_menu.addSeparator()
+        file_menu.addAction(quit_action)
+        run_menu = menu.addMenu("&Run")
+        run_menu.addAction(self.generate_action)
+        run_menu.addAction(self.stop_action)
+        run_menu.addSeparator()
+        run_menu.addAction(reset_action)
+        self.generate_button.setToolTip("Generate (Ctrl+Enter)")
+        self.stop_button.setToolTip("Stop (Esc)")
+
+    def _build_layout(self) -> None:
+        sampler_scroll = QScrollArea(widgetResizable=True)
+        sampler_scroll.setWidget(self.sampler)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.generate_button, 1)
+        buttons.addWidget(self.stop_button)
+        left_top = QWidget()
+        lt = QVBoxLayout(left_top)
+        lt.setContentsMargins(0, 0, 0, 0)
+        lt.addWidget(QLabel("<b>Prompt</b>"))
+        lt.addWidget(self.prompt, 1)
+        lt.addLayout(buttons)
+        self.left = self._splitter(Qt.Orientation.Vertical, "left", left_top, sampler_scroll)
+        chart_box = QWidget()
+        cb = QVBoxLayout(chart_box)
+        cb.setContentsMargins(0, 0, 0, 0)
+        cb.addWidget(self.step_title)
+        cb.addWidget(self.step_chart, 1)
+        timeline_box = QWidget()
+        tb = QVBoxLayout(timeline_box)
+        tb.setContentsMargins(0, 0, 0, 0)
+        tb.addWidget(QLabel("<b>Run timeline</b> — click to select a step"))
+        tb.addWidget(self.timeline, 1)
+        self.center = self._splitter(Qt.Orientation.Vertical, "center", self.output, chart_box, timeline_box)
+        self.center.setSizes([300, 340, 180])
+        info = QWidget()
+        ib = QVBoxLayout(info)
+        ib.setContentsMargins(0, 0, 0, 0)
+        ib.addWidget(QLabel("<b>Model</b>"))
+        ib.addWidget(self.model_card)
+        ib.addStretch(1)
+        self.main = self._splitter(Qt.Orientation.Horizontal, "main", self.left, self.center, info)
+        self.main.setSizes([360, 760, 240])
+        root = QWidget()
+        box = QVBoxLayout(root)
+        box.setContentsMargins(6, 6, 6, 0)
+        box.addWidget(self.model_bar)
+        box.addWidget(self.banner)
+        box.addWidget(self.main, 1)
+        box.addWidget(self.metrics)
+        self.setCentralWidget(root)
+        self.resize(1400, 860)
+
+    def _splitter(self, orientation: Qt.Orientation, name: str, *widgets: QWidget) -> QSplitter:
+        s = QSplitter(orientation, childrenCollapsible=False)
+        s.setObjectName(name)
+        for w in widgets:
+            s.addWidget(w)
+        return s
+
+    # wiring -------------------------------------------------------------------------------------------------
+    def _wire(self) -> None:
+        pg = self.playground
+        self.generate_action.triggered.connect(self.generate)
+        self.generate_button.clicked.connect(self.generate)
+        self.stop_action.triggered.connect(pg.stop)
+        self.stop_button.clicked.connect(pg.stop)
+        self.open_action.triggered.connect(self.model_bar.browse)
+        self.model_bar.load_requested.connect(self.load)
+        pg.busy_changed.connect(self._busy)
+        pg.loading.connect(self.model_bar.show_progress)
+        pg.loaded.connect(self._loaded)
+        pg.failed.connect(self._failed)
+        pg.run_started.connect(self._run_started)
+        pg.prefilled.connect(self._prefilled)
+        pg.steps_appended.connect(self._steps)
+        pg.step_selected.connect(self._show_step)
+        pg.preview_changed.connect(self._preview)
+        pg.finished.connect(self._finished)
+        self.output.text.step_clicked.connect(pg.select_step)
+        self.timeline.step_clicked.connect(pg.select_step)
+        self.sampler.changed.connect(self._sampler_changed)
+
+    def load(self, spec: ModelSpec) -> None:
+        self.banner.hide()
+        self.playground.load(spec)
+
+    def request(self) -> Request:
+        settings = self.sampler.settings().with_(seed=self.sampler.next_run_seed())
+        return Request(model=self.model_bar.spec(), prompt=self.prompt.prompt(), messages=self.prompt.messages(),
+                       settings=settings, top_n=20)
+
+    def generate(self) -> None:
+        if not self.generate_action.isEnabled():
+            return
+        try:
+            request = self.request()
+        except SettingsError as e:
+            self.banner.show_message(str(e))
+            return
+        self.banner.hide()
+        self.playground.generate(request)
+
+    def _busy(self, busy: bool) -> None:
+        can_run = not busy or self.playground.loading_only
+        self.generate_action.setEnabled(can_run)
+        self.generate_button.setEnabled(can_run)
+        self.stop_action.setEnabled(busy)
+        self.stop_button.setEnabled(busy)
+        self.model_bar.load_button.setEnabled(not busy)
+
+    def _loaded(self, info: object) -> None:
+        self.model_bar.show_status(f"{info.name} · {info.backend} · {info.device}")
+        self.model_card.show_info(info)
+        self.prompt.set_tokenizer(self.playground.tokenizer)
+        self._remember_model(self.model_bar.source())
+
+    def _failed(self, message: str) -> None:
+        self.model_bar.show_status("")
+        self.banner.show_message(message)
+
+    def _run_started(self, request: Request) -> None:
+        self.output.text.clear_run()
+        self.timeline.clear_run()
+
+    def _prefilled(self, ev: Prefilled) -> None:
+        self.metrics.started(len(ev.prompt_ids), ev.seconds, ev.seconds)
+
+    def _steps(self, steps: list) -> None:
+        self.output.text.append_steps(steps)
+        traces = [s.trace for s in steps if s.trace is not None]
+        self.timeline.append([t.prob for t in traces], [t.sample.entropy for t in traces])
+        self.timeline.redraw()
+        self.metrics.live(*self.playground.live_stats())
+
+    def _show_step(self, i: int, trace: object) -> None:
+        settings = self.playground.run_settings or self.sampler.settings()
+        self.step_chart.show_sample(trace.sample, trace.top_texts, settings)
+        self.step_title.setText(f"<b>Step {i}</b> — drew <code>{_visible(trace.text)}</code> "
+                                f"with p = {trace.prob:.3f} (model: {trace.raw_prob:.3f}, rank {trace.sample.rank})")
+        self.output.text.select(i if self.playground.selected is not None else None)
+        self.timeline.set_cursor(i)
+
+    def _preview(self, sample: object, trace: object) -> None:
+        settings = self.sampler.settings()
+        if sample is None:
+            self._show_step(trace.step, trace)
+            return
+        self.step_chart.show_sample(sample, trace.top_texts, settings)
+        tok = sample.top_ids.tolist().index(sample.token) if sample.token in sample.top_ids else None
+        text = _visible(trace.top_texts[tok]) if tok is not None and tok < len(trace.top_texts) else sample.token
+        self.step_title.setText(f"<b>Step {trace.step}, re-sampled with the panel's settings</b> — would draw "
+                                f"<code>{text}</code> with p = {sample.prob:.3f}")
+
+    def _sampler_changed(self) -> None:
+        if not self.playground.busy:
+            with contextlib.suppress(SettingsError):
+                self.playground.preview(self.sampler.settings())
+
+    def _finished(self, ev: Finished) -> None:
+        self.output.text.mark_end(ev.reason)
+        self.metrics.final(ev.metrics)
+        if self.playground.steps:
+            self.playground.select_step(self.playground.selected)
+
+    # persistence --------------------------------------------------------------------------------------------
+    def _remember_model(self, source: str) -> None:
+        recent = [s for s in self._recent() if s != source]
+        self.store.setValue("recent_models", json.dumps([source, *recent][:MAX_RECENT]))
+        self.model_bar.add_recent([source])
+
+    def _recent(self) -> list[str]:
+        try:
+            return list(json.loads(self.store.value("recent_models", "[]")))
+        except (TypeError, ValueError):
+            return []
+
+    def _restore(self, spec: ModelSpec | None) -> None:
+        geometry = self.store.value("geometry")
+        if geometry is not None:
+            self.restoreGeometry(geometry)
+        for s in (self.main, self.left, self.center):
+            state = self.store.value(f"splitter/{s.objectName()}")
+            if state is not None:
+                s.restoreState(state)
+        with contextlib.suppress(TypeError, ValueError):  # settings from another version: keep the defaults
+            self.sampler.set_settings(SamplerSettings.from_dict(json.loads(self.store.value("sampler", "{}"))))
+        self.prompt.set_prompt(str(self.store.value("prompt", "def fibonacci(n):\n")))
+        self.model_bar.add_recent(self._recent())
+        if spec is not None:
+            self.model_bar.set_source(spec.source)
+            self.model_bar.set_backend(spec.backend)
+        else:
+            self.model_bar.set_source(str(self.store.value("model", "builtin")))
+            self.model_bar.set_backend(str(self.store.value("backend", "auto")))
+
+    def save_state(self) -> None:
+        self.store.setValue("geometry", self.saveGeometry())
+        for s in (self.main, self.left, self.center):
+            self.store.setValue(f"splitter/{s.objectName()}", s.saveState())
+        self.store.setValue("sampler", json.dumps(self.sampler.settings().to_dict()))
+        self.store.setValue("prompt", self.prompt.prompt())
+        self.store.setValue("model", self.model_bar.source())
+        self.store.setValue("backend", self.model_bar.backend.currentData())
+        self.store.sync()
+
+    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
+        self.save_state()
+        self.playground.close()
+        super().closeEvent(event)
+
+
+def _visible(text: str) -> str:
+    return html.escape(text.replace("\n", "↵").replace(" ", "·") or "∅")

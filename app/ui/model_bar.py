@@ -1,0 +1,106 @@
+"""The model bar: backend, model (built-in, recent, a folder, or a hub id), device and dtype, load progress.
+
+Emits `load_requested(ModelSpec)`; shows progress and status it is told about. It knows which backends are
+installed (a cheap check that imports no framework) and disables the others with a hint.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QToolButton,
+    QWidget,
+)
+
+from app.core.models import BUILTIN_NAME, ModelSpec
+from backends import INSTALL_HINT, installed
+from backends.base import LoadOptions
+
+BUILTIN_LABEL = "Built-in model (Python, 5M)"
+
+
+class ModelBar(QWidget):
+    load_requested = Signal(object)  # ModelSpec
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.backend = QComboBox(toolTip="Which framework runs the model; auto: MLX on Apple Silicon, else torch")
+        self.backend.addItem("auto", "auto")
+        for name in ("mlx", "torch"):
+            self.backend.addItem(name, name)
+            if not installed(name):
+                item = self.backend.model().item(self.backend.count() - 1)
+                item.setEnabled(False)
+                item.setToolTip(f"not installed: {INSTALL_HINT[name]}")
+        self.model = QComboBox(editable=True, toolTip="A model folder, a Hugging Face hub id (owner/name), "
+                               "or the built-in model")
+        self.model.setMinimumContentsLength(28)
+        self.model.lineEdit().setPlaceholderText("folder or hub id, e.g. Qwen/Qwen2.5-0.5B-Instruct")
+        self.model.addItem(BUILTIN_LABEL, BUILTIN_NAME)
+        browse = QToolButton(text="…", toolTip="Open a model folder (Ctrl+O)")
+        browse.clicked.connect(self.browse)
+        self.device = QComboBox(toolTip="torch device; auto picks CUDA, then Apple MPS, then CPU")
+        for d in ("auto", "cuda", "mps", "cpu"):
+            self.device.addItem(d, None if d == "auto" else d)
+        self.dtype = QComboBox(toolTip="Weights precision; auto picks per device (bf16 on CUDA, fp32 on CPU)")
+        for d in ("auto", "bfloat16", "float16", "float32"):
+            self.dtype.addItem(d, None if d == "auto" else d)
+        self.load_button = QPushButton("Load", toolTip="Load this model now (Generate also loads it)")
+        self.load_button.clicked.connect(lambda: self.load_requested.emit(self.spec()))
+        self.progress = QProgressBar(maximumWidth=160, textVisible=True)
+        self.progress.hide()
+        self.status = QLabel("")
+        self.status.setObjectName("model_status")
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        for w, stretch in ((QLabel("Backend"), 0), (self.backend, 0), (QLabel("Model"), 0), (self.model, 2),
+                           (browse, 0), (self.device, 0), (self.dtype, 0), (self.load_button, 0),
+                           (self.progress, 0), (self.status, 1)):
+            row.addWidget(w, stretch)
+
+    def source(self) -> str:
+        text = self.model.currentText().strip()
+        if text == BUILTIN_LABEL or not text:
+            return BUILTIN_NAME
+        return text
+
+    def spec(self) -> ModelSpec:
+        opts = LoadOptions(device=self.device.currentData(), dtype=self.dtype.currentData())
+        return ModelSpec(source=self.source(), backend=self.backend.currentData(), options=opts)
+
+    def set_source(self, source: str) -> None:
+        self.model.setCurrentText(BUILTIN_LABEL if source in ("", BUILTIN_NAME) else source)
+
+    def set_backend(self, name: str) -> None:
+        i = self.backend.findData(name)
+        if i >= 0 and self.backend.model().item(i).isEnabled():
+            self.backend.setCurrentIndex(i)
+
+    def add_recent(self, sources: list[str]) -> None:
+        for s in sources:
+            if s != BUILTIN_NAME and self.model.findText(s) < 0:
+                self.model.addItem(s, s)
+
+    def browse(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Open a model folder (config.json, *.safetensors)")
+        if folder:
+            self.set_source(folder)
+            self.load_requested.emit(self.spec())
+
+    def show_progress(self, message: str, done: int, total: int) -> None:
+        self.status.setText(message)
+        self.progress.setVisible(total > 0)
+        if total > 0:
+            self.progress.setRange(0, 1000)
+            self.progress.setValue(int(1000 * done / total))
+            self.progress.setFormat(f"{done / 2**20:.0f} / {total / 2**20:.0f} MiB")
+
+    def show_status(self, text: str) -> None:
+        self.progress.hide()
+        self.status.setText(text)

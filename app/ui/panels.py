@@ -1,0 +1,88 @@
+"""Small display panels: the metrics strip and the model info card. They show what they are given."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QWidget
+
+from app.core.metrics import Metrics
+from backends.base import ModelInfo
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+class MetricsStrip(QWidget):
+    """TTFT, tokens/s, tokens, inter-token latency, KV cache: live while streaming, final at the end."""
+
+    FIELDS = (("ttft", "TTFT", "Time to first token: the prompt's prefill plus the first step"),
+              ("rate", "Decode", "Generated tokens per second"),
+              ("prefill", "Prefill", "Prompt tokens processed per second"),
+              ("tokens", "Tokens", "Prompt tokens + generated tokens"),
+              ("itl", "Inter-token", "Mean (p95) time between two tokens"),
+              ("kv", "KV cache", "Memory held by the attention keys and values"))
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        row = QHBoxLayout(self)
+        row.setContentsMargins(4, 0, 4, 0)
+        self.values: dict[str, QLabel] = {}
+        for key, name, tip in self.FIELDS:
+            label = QLabel(f"{name}: —", toolTip=tip)
+            label.setObjectName(f"metric_{key}")
+            self.values[key] = label
+            row.addWidget(label)
+            row.addSpacing(12)
+        row.addStretch(1)
+        self._prompt_tokens = 0
+
+    def _set(self, key: str, text: str) -> None:
+        name = next(n for k, n, _ in self.FIELDS if k == key)
+        self.values[key].setText(f"{name}: <b>{text}</b>")
+
+    def started(self, prompt_tokens: int, ttft_s: float, prefill_s: float) -> None:
+        self._prompt_tokens = prompt_tokens
+        self._set("prefill", f"{prompt_tokens / prefill_s:.0f} tok/s" if prefill_s > 0 else "—")
+
+    def live(self, tokens: int, tokens_per_s: float, ttft_s: float | None, kv_bytes: int) -> None:
+        if ttft_s is not None:
+            self._set("ttft", f"{ttft_s * 1000:.0f} ms")
+        self._set("rate", f"{tokens_per_s:.1f} tok/s")
+        self._set("tokens", f"{self._prompt_tokens} + {tokens}")
+        self._set("kv", human_bytes(kv_bytes))
+
+    def final(self, m: Metrics) -> None:
+        self._set("ttft", f"{m.ttft_s * 1000:.0f} ms")
+        self._set("rate", f"{m.decode_tokens_per_s:.1f} tok/s")
+        self._set("prefill", f"{m.prefill_tokens_per_s:.0f} tok/s")
+        self._set("tokens", f"{m.prompt_tokens} + {m.generated_tokens}")
+        self._set("itl", f"{m.itl_mean_s * 1000:.1f} ms ({m.itl_p95_s * 1000:.1f})")
+        self._set("kv", human_bytes(m.kv_cache_bytes))
+
+
+class ModelCard(QWidget):
+    """What the loaded model is: architecture, size, shape, precision, device, memory."""
+
+    ROWS = ("Model", "Backend", "Architecture", "Parameters", "Layers", "Heads (KV)", "Context", "Precision",
+            "Device", "Weights", "KV / 1k tokens")
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        form = QFormLayout(self)
+        form.setContentsMargins(4, 4, 4, 4)
+        self.labels = {r: QLabel("—") for r in self.ROWS}
+        for r, label in self.labels.items():
+            label.setWordWrap(True)
+            form.addRow(r, label)
+
+    def show_info(self, i: ModelInfo) -> None:
+        values = (i.name, i.backend, i.architecture, f"{i.parameters / 1e6:,.1f} M", str(i.layers),
+                  f"{i.heads} ({i.kv_heads}), head dim {i.head_dim}", f"{i.context_length:,} tokens",
+                  i.quantization or i.dtype, i.device, human_bytes(i.weight_bytes),
+                  human_bytes(i.kv_bytes_per_token * 1000))
+        for r, v in zip(self.ROWS, values, strict=True):
+            self.labels[r].setText(v)

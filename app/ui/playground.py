@@ -1,0 +1,172 @@
+"""The window's view-model: owns the model thread, drains its events ~60 times a second, emits coalesced signals.
+
+Widgets never touch the core or a model: they receive what they show through these signals and call the
+few verbs here (generate, stop, load, select_step, preview). One run at a time; `busy` says which.
+"""
+
+from __future__ import annotations
+
+import queue
+
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
+
+from app.core.events import Failed, Finished, Loaded, Loading, Prefilled, Request, Step
+from app.core.model_thread import ModelThread
+from app.core.models import ModelSpec
+from app.core.sampling import Sample
+from app.core.settings import SamplerSettings
+from app.core.trace import RunTrace, StepTrace
+
+FRAME_MS = 16
+MAX_EVENTS_PER_FRAME = 5000
+
+
+class Playground(QObject):
+    loading = Signal(str, int, int)  # message, bytes done, bytes total
+    loaded = Signal(object)  # ModelInfo
+    run_started = Signal(object)  # Request
+    prefilled = Signal(object)  # Prefilled
+    steps_appended = Signal(list)  # list[Step], once per frame at most
+    step_selected = Signal(int, object)  # index, StepTrace
+    preview_changed = Signal(object, object)  # Sample (or None), StepTrace it re-samples
+    finished = Signal(object)  # Finished
+    failed = Signal(str)
+    busy_changed = Signal(bool)
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.worker = ModelThread()
+        self.tokenizer = None  # the loaded model's tokenizer (thread-safe, pure CPU): for counting tokens
+        self.info = None
+        self.trace: RunTrace | None = None
+        self.steps: list[StepTrace] = []
+        self.selected: int | None = None  # None: follow the latest step
+        self._request: Request | None = None
+        self._load_only = False
+        self._busy = False
+        self._prefill_s = 0.0
+        self._decode_s = 0.0  # summed step times after the first token
+        self._kv_bytes = 0
+        self._timer = QTimer(self, interval=FRAME_MS, timerType=Qt.TimerType.PreciseTimer)
+        self._timer.timeout.connect(self.drain)
+        self._timer.start()
+
+    @property
+    def busy(self) -> bool:
+        return self._busy
+
+    @property
+    def loading_only(self) -> bool:
+        """Busy with a model load alone: a run may be queued behind it."""
+        return self._busy and self._load_only
+
+    def _set_busy(self, busy: bool) -> None:
+        if busy != self._busy:
+            self._busy = busy
+            self.busy_changed.emit(busy)
+
+    def load(self, spec: ModelSpec) -> None:
+        if self._busy:
+            return
+        self._request, self._load_only = Request(model=spec), True
+        self._set_busy(True)
+        self.worker.submit(self._request, load_only=True)
+
+    def generate(self, request: Request) -> bool:
+        """Start a run; refused (False) while another is loading, running or winding down."""
+        if self._busy and not self._load_only:
+            return False  # a load alone may still be running: the model thread queues the run behind it
+        self._request, self.steps, self.selected, self.trace = request, [], None, None
+        self._load_only = False
+        self._busy = True
+        self.busy_changed.emit(True)  # also when a load was already running: now a run is
+        self.worker.submit(request)
+        self.run_started.emit(request)
+        return True
+
+    def stop(self) -> None:
+        self.worker.cancel()
+
+    def close(self) -> None:
+        self._timer.stop()
+        self.worker.close(timeout=10)
+
+    def select_step(self, i: int | None) -> None:
+        """Pin step i (None: follow the latest)."""
+        if i is not None and not 0 <= i < len(self.steps):
+            return
+        self.selected = i
+        if self.steps:
+            j = len(self.steps) - 1 if i is None else i
+            self.step_selected.emit(j, self.steps[j])
+
+    def preview(self, settings: SamplerSettings) -> None:
+        """Show what `settings` would have drawn at the selected step, without the model."""
+        if not self.steps or self.trace is None:
+            return
+        j = len(self.steps) - 1 if self.selected is None else self.selected
+        same = settings.with_(seed=self.trace.settings.seed, max_tokens=self.trace.settings.max_tokens,
+                              stop=self.trace.settings.stop)
+        sample: Sample | None = None if same == self.trace.settings else self.trace.resample(j, settings)
+        self.preview_changed.emit(sample, self.steps[j])
+
+    def drain(self) -> None:
+        """Take every waiting event, then emit at most one signal of each kind."""
+        new_steps: list[Step] = []
+        for _ in range(MAX_EVENTS_PER_FRAME):
+            try:
+                ev = self.worker.events.get_nowait()
+            except queue.Empty:
+                break
+            stale = self._request is None or ev.request_id != self._request.id
+            if stale and not isinstance(ev, (Loading, Loaded)):
+                continue  # the tail of an earlier run
+            if isinstance(ev, Step):
+                new_steps.append(ev)
+            else:
+                self._emit_steps(new_steps)
+                new_steps = []
+                self._handle(ev)
+        self._emit_steps(new_steps)
+
+    def _emit_steps(self, steps: list[Step]) -> None:
+        if not steps:
+            return
+        self.steps.extend(s.trace for s in steps if s.trace is not None)
+        self.steps_appended.emit(steps)
+        if self.selected is None and self.steps:
+            self.step_selected.emit(len(self.steps) - 1, self.steps[-1])
+        self._kv_bytes = steps[-1].kv_bytes
+        self._decode_s += sum(s.trace.seconds for s in steps if s.trace is not None and s.step > 0)
+
+    @property
+    def run_settings(self) -> SamplerSettings | None:
+        """The settings of the run being shown (running or finished)."""
+        return self._request.settings if self._request is not None and not self._load_only else None
+
+    def live_stats(self) -> tuple[int, float, float | None, int]:
+        """(tokens, decode tokens/s, TTFT seconds or None, KV bytes) of the run in progress."""
+        n = len(self.steps)
+        rate = (n - 1) / self._decode_s if n > 1 and self._decode_s > 0 else 0.0
+        ttft = self._prefill_s + self.steps[0].seconds if self.steps else None
+        return n, rate, ttft, self._kv_bytes
+
+    def _handle(self, ev: object) -> None:
+        if isinstance(ev, Loading):
+            self.loading.emit(ev.message, ev.done, ev.total)
+        elif isinstance(ev, Loaded):
+            self.info = ev.info
+            self.tokenizer = self.worker.model.tokenizer if self.worker.model is not None else None
+            self.loaded.emit(ev.info)
+            if self._load_only and self._request is not None and ev.request_id == self._request.id:
+                self._set_busy(False)
+        elif isinstance(ev, Prefilled):
+            self._prefill_s, self._decode_s = ev.seconds, 0.0
+            self.prefilled.emit(ev)
+        elif isinstance(ev, Finished):
+            self.trace = ev.trace
+            self._set_busy(False)
+            self.finished.emit(ev)
+        elif isinstance(ev, Failed):
+            self._set_busy(False)
+            self.failed.emit(ev.message)
