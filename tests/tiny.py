@@ -42,7 +42,7 @@ def make_model(path: Path, *, chat: bool = False, seed: int = 0, hidden: int = 6
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, tie_word_embeddings=False,
     )
     model = LlamaForCausalLM(config)

@@ -34,6 +34,7 @@ class Request:
     settings: SamplerSettings = field(default_factory=SamplerSettings)
     top_n: int = 20
     record: bool = True  # False: tokens only, no per-step trace (benchmarks)
+    ignore_eos: bool = False  # keep going past end-of-text (benchmarks, fixed-length runs)
     id: int = field(default_factory=lambda: next(_ids))
 
 

@@ -119,7 +119,8 @@ def generate(model: LoadedModel, request: Request, cancel: threading.Event) -> I
     stages = make_stages(s, vocab)
     history = History.start(ops, vocab, ids) if s.uses_penalties else None
     decoder, hold = model.tokenizer.stream(), StopHold(s.stop)
-    eos, ctx = model.tokenizer.eos_ids, model.info.context_length
+    eos = frozenset() if request.ignore_eos else model.tokenizer.eos_ids
+    ctx = model.info.context_length
     reason: FinishReason = "length"
     for step in range(s.max_tokens):
         if cancel.is_set():

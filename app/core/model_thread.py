@@ -41,6 +41,8 @@ class ModelThread:
         self._model: LoadedModel | None = None
         self._spec: ModelSpec | None = None
         self._just_loaded = False
+        self._used_mlx = False
+        self.stopped = threading.Event()  # set once the thread has freed the model and serves no more
         self._thread = threading.Thread(target=self._run, name="logitlab-model", daemon=True)
         self._thread.start()
 
@@ -62,13 +64,23 @@ class ModelThread:
                 job.cancel.set()
 
     def close(self, timeout: float = 10.0) -> bool:
-        """Cancel, stop the thread and free the model; True if the thread ended in time."""
+        """Cancel, free the model and stop serving; True if that happened in time."""
         self.cancel()
         self._jobs.put(None)
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
+        return self.stopped.wait(timeout)
 
     def _run(self) -> None:
+        try:
+            self._serve_all()
+        finally:
+            self._unload()
+            self.stopped.set()
+        if self._used_mlx:
+            # A thread that ran MLX and then exits sometimes aborts the process ("terminate called without an
+            # active exception", mlx 0.32.4). Park it instead: it holds nothing now and dies with the process.
+            threading.Event().wait()
+
+    def _serve_all(self) -> None:
         while (job := self._jobs.get()) is not None:
             try:
                 self._serve(job)
@@ -82,7 +94,6 @@ class ModelThread:
             finally:
                 with self._lock:
                     self._live.remove(job)
-        self._unload()
 
     def _serve(self, job: _Job) -> None:
         model = self._ensure(job)
@@ -107,6 +118,7 @@ class ModelThread:
 
         path = resolve(spec.source, progress, job.cancel)
         backend = get_backend(spec.backend)
+        self._used_mlx |= backend.name == "mlx"
         self.events.put(Loading(rid, f"Loading {spec.label} with {backend.name}…"))
         self._model, self._spec = backend.load(path, spec.options), spec
         self._just_loaded = True

@@ -73,3 +73,23 @@ def test_a_hub_id_offline_names_the_model_and_what_to_do(tmp_path: Path):
     r = logitlab("generate", "--model", "Qwen/Qwen2.5-0.5B-Instruct", "--prompt", "x", env=env)
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "cannot download Qwen/Qwen2.5-0.5B-Instruct" in r.stderr
+
+
+def test_screenshot_mode_runs_once_and_saves_the_window(tiny_path: Path, tmp_path: Path):
+    out = tmp_path / "shot.png"
+    env = {k: v for k, v in ENV.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
+    r = logitlab("--model", str(tiny_path), "--backend", "torch", "--screenshot", str(out), "--max-tokens", "12",
+                 "--prompt", "Hello", "--seed", "2", env=env)
+    assert r.returncode == 0, r.stderr
+    from PySide6.QtGui import QImage
+
+    img = QImage(str(out))
+    assert img.width() >= 1000 and img.height() >= 600
+    colors = {img.pixel(x, y) for x in range(0, img.width(), 37) for y in range(0, img.height(), 37)}
+    assert len(colors) > 20  # a real picture, not a blank window
+
+
+def test_the_window_without_a_display_says_so(tmp_path: Path):
+    env = {k: v for k, v in ENV.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
+    r = logitlab("--model", "/nowhere", env=env)
+    assert r.returncode == 1 and "no display" in r.stderr

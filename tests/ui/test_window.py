@@ -1,0 +1,160 @@
+"""The real window, offscreen, driven as a person would, on a real tiny model (pytest-qt)."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QPoint, QSettings, Qt, QTimer
+from PySide6.QtGui import QTextCursor
+
+from app.core.models import ModelSpec
+from app.ui.main_window import MainWindow
+
+RUN_TIMEOUT = 60_000
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> QSettings:
+    return QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+
+
+@pytest.fixture
+def window(qtbot, tiny_path: Path, store: QSettings):
+    w = MainWindow(settings=store, spec=ModelSpec(str(tiny_path), "torch"))
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: w.playground.info is not None, timeout=RUN_TIMEOUT)
+    yield w
+    w.close()
+
+
+def run(qtbot, w: MainWindow, max_tokens: int = 24, **settings) -> object:
+    w.sampler.editors["max_tokens"].setValue(max_tokens)
+    for k, v in settings.items():
+        w.sampler.editors[k].setValue(v)
+    with qtbot.waitSignal(w.playground.finished, timeout=RUN_TIMEOUT) as done:
+        qtbot.keyClick(w.prompt.completion, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    return done.args[0]
+
+
+def test_generate_streams_tokens_into_the_view_and_the_charts(qtbot, window):
+    window.prompt.set_prompt("Hello")
+    fin = run(qtbot, window, max_tokens=20)
+    steps = window.playground.steps
+    assert fin.reason in ("length", "eos") and len(steps) == fin.metrics.generated_tokens > 0
+    assert window.output.text.toPlainText().startswith("".join(s.text for s in steps))
+    assert window.timeline.n == len(steps)
+    shown, texts = window.step_chart.shown
+    assert shown is steps[-1].sample and len(texts) == 20  # the last step, after the run
+    assert len(window.step_chart.raw.opts["height"]) == 20
+    assert "tok/s" in window.metrics.values["rate"].text()
+    assert window.generate_button.isEnabled() and not window.stop_button.isEnabled()
+
+
+def test_stop_ends_the_run_and_the_window_can_run_again(qtbot, window):
+    window.sampler.editors["max_tokens"].setValue(100_000)
+    window.generate()
+    assert window.stop_button.isEnabled() and not window.generate_button.isEnabled()
+    qtbot.waitUntil(lambda: len(window.playground.steps) >= 5, timeout=RUN_TIMEOUT)
+    with qtbot.waitSignal(window.playground.finished, timeout=RUN_TIMEOUT) as done:
+        qtbot.keyClick(window.output.text, Qt.Key.Key_Escape)
+    assert done.args[0].reason == "cancelled"
+    assert len(window.playground.steps) < 500
+    assert run(qtbot, window, max_tokens=5).reason in ("length", "eos")
+
+
+def test_closing_mid_run_stops_the_worker_cleanly(qtbot, tiny_path, store):
+    w = MainWindow(settings=store, spec=ModelSpec(str(tiny_path), "torch"))
+    qtbot.addWidget(w)
+    w.show()
+    w.sampler.editors["max_tokens"].setValue(100_000)
+    w.generate()
+    qtbot.waitUntil(lambda: len(w.playground.steps) >= 3, timeout=RUN_TIMEOUT)
+    w.close()
+    assert w.playground.worker.stopped.is_set()
+
+
+def test_moving_a_slider_changes_the_next_request(qtbot, window):
+    window.sampler.editors["temperature"].setValue(1.37)
+    window.sampler.editors["top_k"].setValue(12)
+    window.sampler.order.setCurrentIndex(1)
+    s = window.request().settings
+    assert (s.temperature, s.top_k, s.order.value) == (1.37, 12, "temperature-last")
+
+
+def test_clicking_a_token_selects_its_step_and_the_chart_follows(qtbot, window):
+    window.prompt.set_prompt("The quick")
+    run(qtbot, window, max_tokens=12, temperature=0.0)
+    view = window.output.text
+    k = next(i for i, s in enumerate(window.playground.steps) if i > 2 and len(s.text) > 0)
+    cur = QTextCursor(view.document())
+    cur.setPosition(view._starts[view._step_of.index(k)])
+    rect = view.cursorRect(cur)
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=rect.topLeft() + QPoint(2, rect.height() // 2))
+    assert window.playground.selected == k
+    assert window.step_chart.shown[0] is window.playground.steps[k].sample
+    assert window.timeline.cursor.value() == k
+
+
+def test_a_slider_moved_after_a_run_previews_the_selected_step(qtbot, window):
+    run(qtbot, window, max_tokens=6, temperature=1.0)
+    window.sampler.editors["top_k"].setValue(3)
+    preview, _ = window.step_chart.shown
+    assert preview is not window.playground.steps[-1].sample
+    assert preview.kept_counts[-1] == 3  # the chart shows what top-k 3 would keep at that step
+    assert "re-sampled" in window.step_title.text()
+
+
+def test_an_invalid_model_shows_an_error_and_the_app_then_works(qtbot, window, tiny_path):
+    window.prompt.set_prompt("typed text stays")
+    window.model_bar.set_source("/no/such/model")
+    with qtbot.waitSignal(window.playground.failed, timeout=RUN_TIMEOUT):
+        window.generate()
+    assert window.banner.isVisible() and "no model folder at '/no/such/model'" in window.banner.label.text()
+    assert window.prompt.prompt() == "typed text stays" and window.generate_button.isEnabled()
+    window.model_bar.set_source(str(tiny_path))
+    assert run(qtbot, window, max_tokens=4).reason in ("length", "eos")
+
+
+def test_chat_mode_counts_the_templated_prompt(qtbot, window):
+    window.prompt.tabs.setCurrentIndex(1)
+    window.prompt.chat.turns[0].text.setPlainText("Hi there")
+    window.prompt.refresh_count()
+    ids = window.playground.tokenizer.encode("<|user|>Hi there\n<|assistant|>", add_special_tokens=False)
+    assert window.prompt.count.text() == f"{len(ids)} tokens"
+    fin = run(qtbot, window, max_tokens=3)
+    assert fin.metrics.prompt_tokens == len(ids)
+
+
+def test_settings_and_prompt_are_remembered(qtbot, tiny_path, store):
+    w = MainWindow(settings=store, spec=ModelSpec(str(tiny_path), "torch"))
+    qtbot.addWidget(w)
+    w.sampler.editors["top_p"].setValue(0.42)
+    w.prompt.set_prompt("remember me")
+    w.close()
+    w2 = MainWindow(settings=store, spec=ModelSpec(str(tiny_path), "torch"))
+    qtbot.addWidget(w2)
+    assert w2.sampler.settings().top_p == 0.42 and w2.prompt.prompt() == "remember me"
+    w2.close()
+
+
+def test_a_long_run_keeps_the_event_loop_responsive(qtbot, window):
+    ticks: list[float] = []
+    timer = QTimer(interval=5)
+    timer.timeout.connect(lambda: ticks.append(time.perf_counter()))
+    timer.start()
+    window.sampler.editors["max_tokens"].setValue(2000)
+    request = replace(window.request(), ignore_eos=True)
+    with qtbot.waitSignal(window.playground.finished, timeout=RUN_TIMEOUT) as done:
+        window.playground.generate(request)
+    fin = done.args[0]
+    timer.stop()
+    gaps = [b - a for a, b in itertools.pairwise(ticks)]
+    print(f"\n2000-token run: {fin.metrics.generated_tokens} tokens, {fin.metrics.decode_tokens_per_s:.0f} tok/s, "
+          f"longest event-loop stall {max(gaps) * 1000:.1f} ms over {len(ticks)} ticks")
+    assert fin.metrics.generated_tokens == 2000 and len(window.playground.steps) == 2000
+    assert window.timeline.n == len(window.playground.steps)
