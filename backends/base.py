@@ -14,7 +14,20 @@ from typing import Any, Protocol
 
 
 class ModelLoadError(RuntimeError):
-    """A model that cannot be loaded; the message says why in words a person can act on."""
+    """A model that cannot be loaded; the message says why in words a person can act on.
+
+    `opt_in` names the `LoadOptions` flag that would allow it (the user may choose to, per model).
+    """
+
+    opt_in: str | None = None
+
+
+class RemoteCodeRefusedError(ModelLoadError):
+    opt_in = "trust_remote_code"
+
+
+class PickleRefusedError(ModelLoadError):
+    opt_in = "allow_pickle"
 
 
 @dataclass(frozen=True)
@@ -45,6 +58,7 @@ class ModelInfo:
     quantization: str | None
     weight_bytes: int
     kv_bytes_per_token: int
+    unquantized_bytes: int | None = None  # weights before quantize-on-load, to show what it saved
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

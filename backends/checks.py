@@ -10,7 +10,7 @@ import json
 import struct
 from pathlib import Path
 
-from backends.base import LoadOptions, ModelLoadError
+from backends.base import LoadOptions, ModelLoadError, PickleRefusedError, RemoteCodeRefusedError
 
 PICKLE_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.ckpt")
 
@@ -36,7 +36,7 @@ def check_folder(path: Path, options: LoadOptions) -> dict:
     """config.json as a dict, after checking remote code, weight format and truncation."""
     config = read_config(path)
     if "auto_map" in config and not options.trust_remote_code:
-        raise ModelLoadError(
+        raise RemoteCodeRefusedError(
             f"{path.name} needs code from its repository to run (trust_remote_code). It is off for safety: "
             "allow it for this model only if you trust its authors."
         )
@@ -46,7 +46,7 @@ def check_folder(path: Path, options: LoadOptions) -> dict:
         if not pickles:
             raise ModelLoadError(f"{path} has no weights (no *.safetensors file)")
         if not options.allow_pickle:
-            raise ModelLoadError(
+            raise PickleRefusedError(
                 f"{path.name} has only pickle weights ({pickles[0].name}), which can run code when loaded. "
                 "Allow pickle weights for this model to load them with weights_only=True."
             )
@@ -55,7 +55,8 @@ def check_folder(path: Path, options: LoadOptions) -> dict:
     return config
 
 
-def check_safetensors(f: Path) -> None:
+def safetensors_header(f: Path) -> tuple[dict, int]:
+    """The tensor table of a .safetensors file and the header's length, read without loading any tensor."""
     size = f.stat().st_size
     with f.open("rb") as fh:
         head = fh.read(8)
@@ -68,6 +69,13 @@ def check_safetensors(f: Path) -> None:
             header = json.loads(fh.read(n))
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise ModelLoadError(f"{f.name} has a damaged header ({e})") from e
-    end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+    header.pop("__metadata__", None)
+    return header, n
+
+
+def check_safetensors(f: Path) -> None:
+    header, n = safetensors_header(f)
+    end = max((v["data_offsets"][1] for v in header.values()), default=0)
+    size = f.stat().st_size
     if 8 + n + end > size:
         raise ModelLoadError(f"{f.name} is truncated: {size:,} bytes on disk, {8 + n + end:,} expected")

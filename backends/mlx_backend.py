@@ -7,6 +7,7 @@ that owns the model (the core's model thread does exactly that).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -138,10 +139,13 @@ class MlxBackend:
         if dtype is not None:
             model.set_dtype(dtype)
         quant = config.get("quantization")
+        before = None
         if options.quantize_bits and not quant:
+            before = _nbytes(model)
             quant = quantize(model, options.quantize_bits, options.group_size)
         mx.eval(model.parameters())
-        return MlxModel(model, tokenizer, make_info(path, config, model, quant))
+        info = make_info(path, config, model, quant)
+        return MlxModel(model, tokenizer, replace(info, unquantized_bytes=before))
 
 
 def pick_dtype(requested: str | None, config: dict) -> Any:
@@ -186,6 +190,12 @@ def make_info(path: Path, config: dict, model: nn.Module, quant: dict | None) ->
         if quant else None, weight_bytes=weight_bytes,
         kv_bytes_per_token=kv_bytes_per_token(text.get("num_hidden_layers", 0), kv_heads, head_dim, act.size),
     )
+
+
+def _nbytes(model: nn.Module) -> int:
+    from mlx.utils import tree_flatten
+
+    return sum(v.nbytes for _, v in tree_flatten(model.parameters()))
 
 
 def parameter_count(leaves: list[tuple[str, mx.array]], quant: dict | None) -> int:

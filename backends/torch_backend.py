@@ -158,7 +158,9 @@ class TorchBackend:
 
     def load(self, path: Path, options: LoadOptions) -> TorchModel:
         from transformers import AutoModelForCausalLM
+        from transformers.utils import logging as hf_logging
 
+        hf_logging.disable_progress_bar()  # the window shows its own progress; the terminal stays clean
         config = check_folder(path, options)
         device = pick_device(options.device)
         dtype = pick_dtype(options.dtype, device)

@@ -84,6 +84,7 @@ class Finished:
 class Failed:
     request_id: int
     message: str
+    opt_in: str | None = None  # a LoadOptions flag the user may turn on for this model to get past it
 
 
 Event = Loading | Loaded | Prefilled | Step | Finished | Failed

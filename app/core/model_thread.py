@@ -13,6 +13,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from app.core.catalog import check_fits
 from app.core.events import Event, Failed, Finished, Loaded, Loading, Request
 from app.core.generation import PromptError, generate
 from app.core.metrics import Metrics
@@ -85,7 +86,7 @@ class ModelThread:
             try:
                 self._serve(job)
             except USER_ERRORS as e:
-                self.events.put(Failed(job.request.id, str(e)))
+                self.events.put(Failed(job.request.id, str(e), getattr(e, "opt_in", None)))
             except Cancelled:
                 self.events.put(Finished(job.request.id, "cancelled", Metrics(), None))
             except Exception as e:
@@ -117,6 +118,7 @@ class ModelThread:
             self.events.put(Loading(rid, f"Downloading {spec.label}…", done, total))
 
         path = resolve(spec.source, progress, job.cancel)
+        check_fits(path)
         backend = get_backend(spec.backend)
         self._used_mlx |= backend.name == "mlx"
         self.events.put(Loading(rid, f"Loading {spec.label} with {backend.name}…"))

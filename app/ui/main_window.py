@@ -45,17 +45,30 @@ class Banner(QWidget):
         self.setStyleSheet("#banner { background: #b3261e; border-radius: 4px; } QLabel, QToolButton { color: white; }")
         self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
         self.label = QLabel(wordWrap=True, textInteractionFlags=Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.action = QPushButton()
+        self.action.hide()
+        self._callback = None
+        self.action.clicked.connect(self._act)
         close = QToolButton(text="✕", autoRaise=True, toolTip="Dismiss")
         close.clicked.connect(self.hide)
         row = QHBoxLayout(self)
         row.setContentsMargins(8, 4, 4, 4)
         row.addWidget(self.label, 1)
+        row.addWidget(self.action)
         row.addWidget(close)
         self.hide()
 
-    def show_message(self, text: str) -> None:
+    def show_message(self, text: str, action: str | None = None, callback: object = None) -> None:
         self.label.setText(text)
+        self.action.setVisible(action is not None)
+        self.action.setText(action or "")
+        self._callback = callback
         self.show()
+
+    def _act(self) -> None:
+        self.hide()
+        if self._callback is not None:
+            self._callback()
 
 
 class MainWindow(QMainWindow):
@@ -112,6 +125,8 @@ class MainWindow(QMainWindow):
     def _build_layout(self) -> None:
         sampler_scroll = QScrollArea(widgetResizable=True)
         sampler_scroll.setWidget(self.sampler)
+        sampler_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        sampler_scroll.setMinimumWidth(self.sampler.minimumSizeHint().width() + 24)
         buttons = QHBoxLayout()
         buttons.addWidget(self.generate_button, 1)
         buttons.addWidget(self.stop_button)
@@ -172,6 +187,7 @@ class MainWindow(QMainWindow):
         pg.loading.connect(self.model_bar.show_progress)
         pg.loaded.connect(self._loaded)
         pg.failed.connect(self._failed)
+        pg.opt_in_needed.connect(self._opt_in_needed)
         pg.run_started.connect(self._run_started)
         pg.prefilled.connect(self._prefilled)
         pg.steps_appended.connect(self._steps)
@@ -220,6 +236,18 @@ class MainWindow(QMainWindow):
         self.model_bar.show_status("")
         self.banner.show_message(message)
 
+    def _opt_in_needed(self, message: str, opt_in: str) -> None:
+        self.model_bar.show_status("")
+        source = self.model_bar.source()
+        label = {"trust_remote_code": "Allow its code", "allow_pickle": "Allow pickle weights"}[opt_in]
+
+        def allow() -> None:
+            self.model_bar.opt_ins.setdefault(source, []).append(opt_in)
+            self.store.setValue("opt_ins", json.dumps(self.model_bar.opt_ins))
+            self.load(self.model_bar.spec())
+
+        self.banner.show_message(message, f"{label} for {source}", allow)
+
     def _run_started(self, request: Request) -> None:
         self.output.text.clear_run()
         self.timeline.clear_run()
@@ -232,7 +260,9 @@ class MainWindow(QMainWindow):
         traces = [s.trace for s in steps if s.trace is not None]
         self.timeline.append([t.prob for t in traces], [t.sample.entropy for t in traces])
         self.timeline.redraw()
-        self.metrics.live(*self.playground.live_stats())
+        stats = self.playground.live_stats()
+        self.metrics.live(*stats)
+        self.model_card.show_kv(stats[-1])
 
     def _show_step(self, i: int, trace: object) -> None:
         settings = self.playground.run_settings or self.sampler.settings()
@@ -288,6 +318,9 @@ class MainWindow(QMainWindow):
             self.sampler.set_settings(SamplerSettings.from_dict(json.loads(self.store.value("sampler", "{}"))))
         self.prompt.set_prompt(str(self.store.value("prompt", "def fibonacci(n):\n")))
         self.model_bar.add_recent(self._recent())
+        with contextlib.suppress(TypeError, ValueError):
+            self.model_bar.opt_ins = dict(json.loads(self.store.value("opt_ins", "{}")))
+        self.model_bar.offline.setChecked(self.store.value("offline", "false") == "true")
         if spec is not None:
             self.model_bar.set_source(spec.source)
             self.model_bar.set_backend(spec.backend)
@@ -303,6 +336,7 @@ class MainWindow(QMainWindow):
         self.store.setValue("prompt", self.prompt.prompt())
         self.store.setValue("model", self.model_bar.source())
         self.store.setValue("backend", self.model_bar.backend.currentData())
+        self.store.setValue("offline", "true" if self.model_bar.offline.isChecked() else "false")
         self.store.sync()
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override

@@ -6,10 +6,12 @@ installed (a cheap check that imports no framework) and disables the others with
 
 from __future__ import annotations
 
+import os
+
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
-    QFileDialog,
     QHBoxLayout,
     QLabel,
     QProgressBar,
@@ -23,6 +25,11 @@ from backends import INSTALL_HINT, installed
 from backends.base import LoadOptions
 
 BUILTIN_LABEL = "Built-in model (Python, 5M)"
+
+
+def set_offline(on: bool) -> None:
+    """The offline switch: the core's resolver reads it before any download (huggingface_hub honours it too)."""
+    os.environ["HF_HUB_OFFLINE"] = "1" if on else "0"
 
 
 class ModelBar(QWidget):
@@ -43,7 +50,7 @@ class ModelBar(QWidget):
         self.model.setMinimumContentsLength(28)
         self.model.lineEdit().setPlaceholderText("folder or hub id, e.g. Qwen/Qwen2.5-0.5B-Instruct")
         self.model.addItem(BUILTIN_LABEL, BUILTIN_NAME)
-        browse = QToolButton(text="…", toolTip="Open a model folder (Ctrl+O)")
+        browse = QToolButton(text="…", toolTip="Choose a model: cached, recent, a folder or a hub id (Ctrl+O)")
         browse.clicked.connect(self.browse)
         self.device = QComboBox(toolTip="torch device; auto picks CUDA, then Apple MPS, then CPU")
         for d in ("auto", "cuda", "mps", "cpu"):
@@ -51,6 +58,14 @@ class ModelBar(QWidget):
         self.dtype = QComboBox(toolTip="Weights precision; auto picks per device (bf16 on CUDA, fp32 on CPU)")
         for d in ("auto", "bfloat16", "float16", "float32"):
             self.dtype.addItem(d, None if d == "auto" else d)
+        self.quantize = QComboBox(toolTip="MLX: quantize the weights as they load (group size 64): less memory, "
+                                  "slightly different distributions")
+        for label, bits in (("full precision", None), ("4-bit", 4), ("8-bit", 8)):
+            self.quantize.addItem(label, bits)
+        self.offline = QCheckBox("Offline", toolTip="Never touch the network: only local folders and the HF cache")
+        self.offline.toggled.connect(set_offline)
+        self.opt_ins: dict[str, list[str]] = {}  # per model: LoadOptions flags the user allowed
+        self.recent: list[str] = []
         self.load_button = QPushButton("Load", toolTip="Load this model now (Generate also loads it)")
         self.load_button.clicked.connect(lambda: self.load_requested.emit(self.spec()))
         self.progress = QProgressBar(maximumWidth=160, textVisible=True)
@@ -60,7 +75,8 @@ class ModelBar(QWidget):
         row = QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
         for w, stretch in ((QLabel("Backend"), 0), (self.backend, 0), (QLabel("Model"), 0), (self.model, 2),
-                           (browse, 0), (self.device, 0), (self.dtype, 0), (self.load_button, 0),
+                           (browse, 0), (self.device, 0), (self.dtype, 0), (self.quantize, 0), (self.offline, 0),
+                           (self.load_button, 0),
                            (self.progress, 0), (self.status, 1)):
             row.addWidget(w, stretch)
 
@@ -71,8 +87,12 @@ class ModelBar(QWidget):
         return text
 
     def spec(self) -> ModelSpec:
-        opts = LoadOptions(device=self.device.currentData(), dtype=self.dtype.currentData())
-        return ModelSpec(source=self.source(), backend=self.backend.currentData(), options=opts)
+        source = self.source()
+        allowed = self.opt_ins.get(source, [])
+        opts = LoadOptions(device=self.device.currentData(), dtype=self.dtype.currentData(),
+                           quantize_bits=self.quantize.currentData(),
+                           trust_remote_code="trust_remote_code" in allowed, allow_pickle="allow_pickle" in allowed)
+        return ModelSpec(source=source, backend=self.backend.currentData(), options=opts)
 
     def set_source(self, source: str) -> None:
         self.model.setCurrentText(BUILTIN_LABEL if source in ("", BUILTIN_NAME) else source)
@@ -84,13 +104,17 @@ class ModelBar(QWidget):
 
     def add_recent(self, sources: list[str]) -> None:
         for s in sources:
+            if s not in self.recent:
+                self.recent.append(s)
             if s != BUILTIN_NAME and self.model.findText(s) < 0:
                 self.model.addItem(s, s)
 
     def browse(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Open a model folder (config.json, *.safetensors)")
-        if folder:
-            self.set_source(folder)
+        from app.ui.model_picker import ModelPicker
+
+        picker = ModelPicker(self.recent, self)
+        if picker.exec() and picker.choice:
+            self.set_source(picker.choice)
             self.load_requested.emit(self.spec())
 
     def show_progress(self, message: str, done: int, total: int) -> None:

@@ -68,7 +68,7 @@ class ModelCard(QWidget):
     """What the loaded model is: architecture, size, shape, precision, device, memory."""
 
     ROWS = ("Model", "Backend", "Architecture", "Parameters", "Layers", "Heads (KV)", "Context", "Precision",
-            "Device", "Weights", "KV / 1k tokens")
+            "Device", "Weights", "KV / 1k tokens", "KV now")
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -80,9 +80,15 @@ class ModelCard(QWidget):
             form.addRow(r, label)
 
     def show_info(self, i: ModelInfo) -> None:
+        weights = human_bytes(i.weight_bytes)
+        if i.unquantized_bytes:
+            saved = 1 - i.weight_bytes / i.unquantized_bytes
+            weights += f" (was {human_bytes(i.unquantized_bytes)}, saved {saved:.0%})"
         values = (i.name, i.backend, i.architecture, f"{i.parameters / 1e6:,.1f} M", str(i.layers),
                   f"{i.heads} ({i.kv_heads}), head dim {i.head_dim}", f"{i.context_length:,} tokens",
-                  i.quantization or i.dtype, i.device, human_bytes(i.weight_bytes),
-                  human_bytes(i.kv_bytes_per_token * 1000))
+                  i.quantization or i.dtype, i.device, weights, human_bytes(i.kv_bytes_per_token * 1000), "—")
         for r, v in zip(self.ROWS, values, strict=True):
             self.labels[r].setText(v)
+
+    def show_kv(self, kv_bytes: int) -> None:
+        self.labels["KV now"].setText(human_bytes(kv_bytes))

@@ -31,6 +31,7 @@ class Playground(QObject):
     preview_changed = Signal(object, object)  # Sample (or None), StepTrace it re-samples
     finished = Signal(object)  # Finished
     failed = Signal(str)
+    opt_in_needed = Signal(str, str)  # message, the LoadOptions flag that would allow it
     busy_changed = Signal(bool)
 
     def __init__(self, parent: QObject | None = None) -> None:
@@ -169,4 +170,7 @@ class Playground(QObject):
             self.finished.emit(ev)
         elif isinstance(ev, Failed):
             self._set_busy(False)
-            self.failed.emit(ev.message)
+            if ev.opt_in:
+                self.opt_in_needed.emit(ev.message, ev.opt_in)
+            else:
+                self.failed.emit(ev.message)

@@ -6,11 +6,13 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
-ENV = {**os.environ, "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TRANSFORMERS_VERBOSITY": "error"}
+ENV = {**os.environ, "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TRANSFORMERS_VERBOSITY": "error",
+       "XDG_CONFIG_HOME": tempfile.mkdtemp(prefix="logitlab-config-")}  # never the user's own settings
 STEP_KEYS = {"step", "token_id", "text", "prob", "logprob", "rank", "entropy", "top"}
 SUMMARY_KEYS = {"summary", "finish_reason", "prompt_tokens", "generated_tokens", "ttft_s", "decode_tokens_per_s",
                 "text"}

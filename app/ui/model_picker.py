@@ -1,0 +1,104 @@
+"""The model picker dialog: models already in the Hugging Face cache (size, which backends load them),
+recent models, a local folder chooser and a hub id field. Returns what to put in the model field.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.core.catalog import ModelEntry, scan_cache
+from app.core.models import BUILTIN_NAME, HUB_ID
+
+
+class ModelPicker(QDialog):
+    COLUMNS = ("Model", "Size", "Type", "Backends", "Quantization")
+
+    def __init__(self, recent: list[str], parent: QWidget | None = None, cache_dir: str | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Choose a model")
+        self.resize(760, 420)
+        self.entries = [ModelEntry(BUILTIN_NAME, "", 0, "llama", ("mlx", "torch"), None)]
+        self.entries += scan_cache(cache_dir)
+        known = {e.source for e in self.entries}
+        self.entries += [ModelEntry(r, r, 0, "recent", (), None) for r in recent if r not in known]
+        self.table = QTableWidget(len(self.entries), len(self.COLUMNS))
+        self.table.setHorizontalHeaderLabels(self.COLUMNS)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.verticalHeader().hide()
+        self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        for row, e in enumerate(self.entries):
+            name = "Built-in model (Python, 5M)" if e.source == BUILTIN_NAME else e.source
+            size = f"{e.size_bytes / 2**20:,.0f} MB" if e.size_bytes else ""
+            for col, text in enumerate((name, size, e.model_type, ", ".join(e.backends), e.quantization or "")):
+                item = QTableWidgetItem(text)
+                item.setToolTip(e.path or name)
+                self.table.setItem(row, col, item)
+        self.table.itemDoubleClicked.connect(lambda _: self.accept())
+        self.table.itemSelectionChanged.connect(self._row_chosen)
+        self.hub = QLineEdit(placeholderText="or a hub id to download: owner/name")
+        self.hub.textChanged.connect(self._validate)
+        folder = QPushButton("Open folder…")
+        folder.clicked.connect(self._folder)
+        self.hint = QLabel("")
+        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        self.buttons.accepted.connect(self.accept)
+        self.buttons.rejected.connect(self.reject)
+        row = QHBoxLayout()
+        row.addWidget(self.hub, 1)
+        row.addWidget(folder)
+        box = QVBoxLayout(self)
+        box.addWidget(QLabel(f"<b>In your Hugging Face cache</b> ({len(self.entries) - 1} found) and recent:"))
+        box.addWidget(self.table, 1)
+        box.addLayout(row)
+        box.addWidget(self.hint)
+        box.addWidget(self.buttons)
+        self.choice = ""
+        self.table.selectRow(0)
+
+    def _row_chosen(self) -> None:
+        rows = self.table.selectionModel().selectedRows()
+        if rows:
+            self.choice = self.entries[rows[0].row()].source
+            self.hub.blockSignals(True)
+            self.hub.clear()
+            self.hub.blockSignals(False)
+            self._validate()
+
+    def _validate(self) -> None:
+        text = self.hub.text().strip()
+        if text:
+            self.table.clearSelection()
+            self.choice = text
+        ok = bool(self.choice) and (not text or bool(HUB_ID.match(text)))
+        self.hint.setText("" if ok else "A hub id looks like owner/name, e.g. Qwen/Qwen2.5-0.5B-Instruct")
+        self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(ok)
+
+    def _folder(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Open a model folder (config.json, *.safetensors)")
+        if folder:
+            self.choice = folder
+            self.accept()
+
+    def keyPressEvent(self, e: object) -> None:  # noqa: N802 - Qt override
+        if e.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and self.buttons.button(
+                QDialogButtonBox.StandardButton.Ok).isEnabled():
+            self.accept()
+            return
+        super().keyPressEvent(e)
