@@ -38,6 +38,7 @@ class LoadOptions:
     group_size: int = 64
     trust_remote_code: bool = False
     allow_pickle: bool = False
+    fast: bool = True  # torch: the lean Llama forward where it applies (False: always transformers' forward)
 
 
 @dataclass(frozen=True)

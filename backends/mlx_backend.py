@@ -51,6 +51,7 @@ class MlxOps:
     def topk(self, x: mx.array, k: int) -> tuple[mx.array, mx.array]:
         k = min(k, x.shape[0])
         idx = mx.argpartition(-x, k - 1)[:k] if k < x.shape[0] else mx.arange(x.shape[0])
+        idx = mx.sort(idx)  # ids ascending, then a stable sort by value: ties keep the lower id first
         idx = idx[mx.argsort(-x[idx])]
         return x[idx], idx
 

@@ -16,6 +16,8 @@ import torch
 from backends.base import LoadOptions, ModelInfo, ModelLoadError
 from backends.checks import check_folder, kv_bytes_per_token
 from backends.hf_tokenizer import HFTokenizer, load_tokenizer
+from backends.ops import NUMPY
+from backends.torch_fast import FastLlama, supports
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -50,8 +52,10 @@ class TorchOps:
         return torch.sort(x, descending=True, stable=True).indices
 
     def topk(self, x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        v, i = torch.topk(x, min(k, x.shape[0]))
-        return v, i
+        _, i = torch.topk(x, min(k, x.shape[0]))
+        i = torch.sort(i).values  # ids ascending, then a stable sort by value: ties keep the lower id first
+        order = torch.sort(x[i], descending=True, stable=True).indices
+        return x[i[order]], i[order]
 
     def take(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         return x[idx]
@@ -116,27 +120,44 @@ def pick_dtype(requested: str | None, device: torch.device) -> torch.dtype:
 
 
 class TorchModel:
-    def __init__(self, model: Any, tokenizer: HFTokenizer, info: ModelInfo, device: torch.device) -> None:
+    """transformers' model behind the backend interface; Llama-family models run the lean `FastLlama` forward.
+
+    On the CPU the sampler runs on numpy over a zero-copy view of the logits: for one vector per step numpy's
+    per-call cost is a fraction of torch's, and the numbers are the same (tests hold both to the reference).
+    """
+
+    def __init__(self, model: Any, tokenizer: HFTokenizer, info: ModelInfo, device: torch.device,
+                 fast: bool = True) -> None:
         self.model, self.tokenizer, self.info, self.device = model, tokenizer, info, device
-        self.ops = TorchOps(device)
+        self.fast = FastLlama(model) if fast and supports(model) else None
+        self.ops = NUMPY if device.type == "cpu" else TorchOps(device)
 
     def new_cache(self) -> Any:
         from transformers import DynamicCache
 
-        return DynamicCache(config=self.model.config)
+        return self.fast.new_cache() if self.fast else DynamicCache(config=self.model.config)
 
     @torch.inference_mode()
-    def forward(self, tokens: Sequence[int] | torch.Tensor, cache: Any, all_logits: bool = False) -> torch.Tensor:
-        ids = torch.as_tensor(tokens, dtype=torch.long, device=self.device).reshape(1, -1)
-        out = self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=0 if all_logits else 1)
-        logits = out.logits[0].float()
-        return logits if all_logits else logits[-1]
+    def forward(self, tokens: Sequence[int] | torch.Tensor, cache: Any, all_logits: bool = False) -> Any:
+        if self.fast is not None:
+            logits = self.fast.forward(tokens, cache, all_logits)
+        else:
+            ids = torch.as_tensor(tokens, dtype=torch.long, device=self.device).reshape(1, -1)
+            out = self.model(input_ids=ids, past_key_values=cache, use_cache=True,
+                             logits_to_keep=0 if all_logits else 1)
+            logits = out.logits[0].float() if all_logits else out.logits[0, -1].float()
+        return logits.numpy() if self.ops is NUMPY else logits
 
     def trim(self, cache: Any, n: int) -> None:
         if n > 0:
-            cache.crop(cache.get_seq_length() - n)
+            if self.fast is not None:
+                self.fast.trim(cache, n)
+            else:
+                cache.crop(cache.get_seq_length() - n)
 
     def cache_bytes(self, cache: Any) -> int:
+        if self.fast is not None:
+            return self.fast.cache_bytes(cache)
         total = 0
         for layer in getattr(cache, "layers", []):
             for t in (getattr(layer, "keys", None), getattr(layer, "values", None)):
@@ -173,7 +194,7 @@ class TorchBackend:
         except Exception as e:
             raise ModelLoadError(f"cannot load the weights in {path}: {first_line(e)}") from e
         model.to(device).eval()
-        return TorchModel(model, tokenizer, make_info(path, config, model, device, dtype), device)
+        return TorchModel(model, tokenizer, make_info(path, config, model, device, dtype), device, options.fast)
 
 
 def first_line(e: BaseException) -> str:

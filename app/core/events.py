@@ -31,6 +31,7 @@ class Request:
     model: ModelSpec = field(default_factory=ModelSpec)
     prompt: str = ""
     messages: tuple[Message, ...] | None = None  # chat mode when given
+    prompt_ids: tuple[int, ...] | None = None  # exact token ids instead of text (benchmarks, branches)
     settings: SamplerSettings = field(default_factory=SamplerSettings)
     top_n: int = 20
     record: bool = True  # False: tokens only, no per-step trace (benchmarks)

@@ -30,7 +30,9 @@ class PromptError(ValueError):
 
 
 def build_prompt(tok: Tokenizer, request: Request, context_length: int = 0) -> tuple[list[int], str]:
-    if request.messages is not None:
+    if request.prompt_ids is not None:
+        ids, text = list(request.prompt_ids), tok.decode(request.prompt_ids)
+    elif request.messages is not None:
         msgs = [{"role": m.role, "content": m.content} for m in request.messages]
         try:
             text = tok.apply_chat_template(msgs)

@@ -16,8 +16,8 @@ from functools import partial
 
 import numpy as np
 
-from app.core.ops import NUMPY, Array, ArrayOps
 from app.core.settings import SamplerSettings, StageOrder
+from backends.ops import NUMPY, Array, ArrayOps
 
 NEG_INF = float("-inf")
 LOGIT_LIMIT = 1e9  # raw logits are clipped here: NaN/-huge become -inf, +inf becomes this

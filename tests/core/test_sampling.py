@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.ops import NUMPY
 from app.core.sampling import (
     History,
     NoValidTokenError,
@@ -23,6 +22,7 @@ from app.core.sampling import (
     sample,
 )
 from app.core.settings import SamplerSettings, SettingsError, StageOrder
+from backends.ops import NUMPY
 
 
 def softmax(x: np.ndarray) -> np.ndarray:

@@ -1,0 +1,140 @@
+"""`logitlab bench`: Logit Lab's generation loop against the baseline a user would otherwise run, side by side.
+
+Modes, interleaved run by run on the same loaded model and prompt: (1) our loop with the full per-step trace,
+(2) our loop with trace capture off, (3) the baseline (`model.generate` on torch, `mlx_lm.stream_generate` on
+MLX). Greedy and one sampling setting; medians over repeats after one warm-up run of each. Prints prefill and
+decode tokens/s, TTFT, the ratios (1)/(3) and (2)/(3), and the trace's memory per generated token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import threading
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+from app.core.events import Finished, Request
+from app.core.generation import generate
+from app.core.models import resolve
+from app.core.settings import SamplerSettings
+from backends import get_backend
+from backends.base import LoadOptions
+from backends.baselines import BASELINE_NAMES, baseline, save_random_llama
+
+SETTINGS = {"greedy": SamplerSettings(temperature=0.0), "sampling": SamplerSettings(temperature=0.8, top_p=0.95)}
+MODES = ("trace", "no-trace", "baseline")
+RANDOM_CONFIGS = {  # Llama shapes for "the model's own work dominates" runs, random weights made on the fly
+    "0.1b": {"hidden_size": 768, "intermediate_size": 2048, "num_hidden_layers": 12, "num_attention_heads": 12,
+             "num_key_value_heads": 4},
+    "0.3b": {"hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 20, "num_attention_heads": 16,
+             "num_key_value_heads": 8},
+    "1b": {"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22, "num_attention_heads": 32,
+           "num_key_value_heads": 4},
+}
+
+
+def make_prompt(tokenizer: Any, n: int) -> tuple[int, ...]:
+    text = Path(threading.__file__).read_text()  # any long, freely shipped text: the stdlib's own source
+    ids = tokenizer.encode(text)
+    while len(ids) < n:
+        ids += ids
+    return tuple(ids[:n])
+
+
+def random_model(size: str, tokenizer_from: Path, dtype: str) -> Path:
+    """Save a random-weight Llama of `size` with the built-in tokenizer (vocabulary padded to 32k)."""
+    out = Path(tempfile.mkdtemp(prefix=f"logitlab-bench-{size}-"))
+    return save_random_llama(out, RANDOM_CONFIGS[size], tokenizer_from, dtype)
+
+
+def run_ours(model: Any, ids: tuple[int, ...], n: int, s: SamplerSettings, record: bool, seed: int) -> dict:
+    req = Request(prompt_ids=ids, settings=s.with_(max_tokens=n, seed=seed), record=record, ignore_eos=True,
+                  top_n=20)
+    fin = [e for e in generate(model, req, threading.Event()) if isinstance(e, Finished)][-1]
+    m = fin.metrics
+    return {"ttft_s": m.ttft_s, "prefill_tokens_per_s": m.prefill_tokens_per_s,
+            "decode_tokens_per_s": m.decode_tokens_per_s, "tokens": m.generated_tokens}
+
+
+def run_mode(mode: str, backend: str, model: Any, ids: tuple[int, ...], n: int, s: SamplerSettings,
+             seed: int) -> dict:
+    if mode == "baseline":
+        return baseline(backend)(model, ids, n, s.temperature, s.top_p, seed)
+    return run_ours(model, ids, n, s, mode == "trace", seed)
+
+
+def trace_bytes_per_token(model: Any, ids: tuple[int, ...], n: int) -> float:
+    tracemalloc.start()
+    req = Request(prompt_ids=ids, settings=SamplerSettings(max_tokens=n, seed=0), ignore_eos=True)
+    events = list(generate(model, req, threading.Event()))
+    size = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    return size / max(1, events[-1].metrics.generated_tokens)
+
+
+def bench(model: Any, backend: str, prompt_tokens: int, tokens: int, repeat: int) -> dict:
+    ids = make_prompt(model.tokenizer, prompt_tokens)
+    out: dict[str, Any] = {"model": model.info.name, "backend": backend, "device": model.info.device,
+                           "dtype": model.info.dtype, "parameters": model.info.parameters,
+                           "prompt_tokens": prompt_tokens, "tokens": tokens, "repeat": repeat,
+                           "baseline": BASELINE_NAMES[backend], "settings": {}}
+    for name, s in SETTINGS.items():
+        for mode in MODES:  # warm-up, not counted
+            run_mode(mode, backend, model, ids, min(tokens, 16), s, 0)
+        runs: dict[str, list[dict]] = {m: [] for m in MODES}
+        for r in range(repeat):
+            for mode in MODES:
+                runs[mode].append(run_mode(mode, backend, model, ids, tokens, s, r + 1))
+        med = {m: {k: statistics.median(x[k] for x in rs) for k in rs[0]} for m, rs in runs.items()}
+        base = med["baseline"]["decode_tokens_per_s"]
+        for m in ("trace", "no-trace"):
+            med[m]["ratio_decode_vs_baseline"] = med[m]["decode_tokens_per_s"] / base if base else 0.0
+            med[m]["ratio_prefill_vs_baseline"] = (med[m]["prefill_tokens_per_s"]
+                                                   / med["baseline"]["prefill_tokens_per_s"])
+        out["settings"][name] = med
+    out["trace_bytes_per_token"] = trace_bytes_per_token(model, ids, tokens)
+    return out
+
+
+def print_table(r: dict) -> None:
+    print(f"{r['model']} ({r['parameters'] / 1e6:.1f}M params) on {r['backend']} / {r['device']} / {r['dtype']}, "
+          f"prompt {r['prompt_tokens']} tokens, {r['tokens']} generated, median of {r['repeat']}; "
+          f"baseline (3) = {r['baseline']}")
+    print(f"{'setting':9} {'mode':14} {'prefill tok/s':>13} {'decode tok/s':>12} {'TTFT ms':>8} {'decode ÷ (3)':>12}")
+    labels = {"trace": "(1) trace", "no-trace": "(2) no trace", "baseline": "(3) baseline"}
+    for name, med in r["settings"].items():
+        for m in MODES:
+            x = med[m]
+            ratio = f"{x['ratio_decode_vs_baseline']:.3f}" if "ratio_decode_vs_baseline" in x else ""
+            print(f"{name:9} {labels[m]:14} {x['prefill_tokens_per_s']:13.0f} {x['decode_tokens_per_s']:12.1f} "
+                  f"{x['ttft_s'] * 1000:8.1f} {ratio:>12}")
+    print(f"trace memory: {r['trace_bytes_per_token'] / 1024:.1f} KiB per generated token")
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="logitlab bench", description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="builtin")
+    p.add_argument("--random", choices=sorted(RANDOM_CONFIGS), help="bench a random-weight Llama of this size")
+    p.add_argument("--backend", choices=["auto", "mlx", "torch"], default="auto")
+    p.add_argument("--device", choices=["cuda", "mps", "cpu"])
+    p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"])
+    p.add_argument("--prompt-tokens", type=int, default=128)
+    p.add_argument("--tokens", type=int, default=128)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    backend = get_backend(args.backend)
+    path = resolve(args.model)
+    if args.random:
+        path = random_model(args.random, path, args.dtype or "float32")
+    model = backend.load(path, LoadOptions(device=args.device, dtype=args.dtype))
+    result = bench(model, backend.name, args.prompt_tokens, args.tokens, args.repeat)
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        print_table(result)
+    return 0

@@ -1,0 +1,92 @@
+"""What a user would otherwise run, timed the same way as Logit Lab's loop: transformers `model.generate`
+(with its KV cache) on torch, `mlx_lm.stream_generate` on MLX. Used by `logitlab bench` only.
+
+Both produce exactly `n` tokens (end-of-text suppressed) and report, like our metrics: TTFT (call to first
+token), prefill tokens/s (prompt ÷ TTFT) and decode tokens/s ((n - 1) ÷ first-to-last token time).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+def _result(prompt_len: int, start: float, stamps: list[float]) -> dict[str, float]:
+    ttft = stamps[0] - start
+    decode = stamps[-1] - stamps[0]
+    return {"ttft_s": ttft, "prefill_tokens_per_s": prompt_len / ttft,
+            "decode_tokens_per_s": (len(stamps) - 1) / decode if decode > 0 else 0.0, "tokens": len(stamps)}
+
+
+def torch_generate(model: Any, prompt_ids: Sequence[int], n: int, temperature: float, top_p: float,
+                   seed: int) -> dict[str, float]:
+    import torch
+
+    class Stamps:  # a transformers streamer that only records when each token arrives
+        def __init__(self) -> None:
+            self.times: list[float] = []
+            self.prompt_seen = False
+
+        def put(self, _value: Any) -> None:
+            if self.prompt_seen:
+                self.times.append(time.perf_counter())
+            self.prompt_seen = True
+
+        def end(self) -> None:
+            pass
+
+    torch.manual_seed(seed)
+    ids = torch.tensor([list(prompt_ids)], device=model.device)
+    sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0} if temperature else {
+        "do_sample": False}
+    stamps = Stamps()
+    start = time.perf_counter()
+    with torch.inference_mode():
+        model.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
+                             streamer=stamps, pad_token_id=model.tokenizer.hf.eos_token_id, **sampling)
+    if model.device.type == "cuda":
+        torch.cuda.synchronize()
+    return _result(len(prompt_ids), start, stamps.times)
+
+
+def mlx_generate(model: Any, prompt_ids: Sequence[int], n: int, temperature: float, top_p: float,
+                 seed: int) -> dict[str, float]:
+    import mlx.core as mx
+    from mlx_lm.generate import stream_generate
+    from mlx_lm.sample_utils import make_sampler
+    from mlx_lm.tokenizer_utils import TokenizerWrapper
+
+    mx.random.seed(seed)
+    tok = TokenizerWrapper(model.tokenizer.hf)
+    tok._eos_token_ids = set()  # generate exactly n tokens, as our runs do
+    sampler = make_sampler(temp=temperature, top_p=top_p if temperature else 0.0)
+    stamps: list[float] = []
+    start = time.perf_counter()
+    for _ in stream_generate(model.model, tok, mx.array(list(prompt_ids)), max_tokens=n, sampler=sampler):
+        stamps.append(time.perf_counter())
+    return _result(len(prompt_ids), start, stamps)
+
+
+def save_random_llama(out: Path, shape: dict[str, int], tokenizer_from: Path, dtype: str) -> Path:
+    """A random-weight Llama of the given shape, with the tokenizer of `tokenizer_from` (for benchmarks)."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_from))
+    config = LlamaConfig(vocab_size=32_000, max_position_embeddings=4096, tie_word_embeddings=False,
+                         eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id, **shape)
+    torch.manual_seed(0)
+    with torch.device("cpu"):
+        model = LlamaForCausalLM(config).to(getattr(torch, dtype))
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def baseline(backend: str) -> Any:
+    return {"torch": torch_generate, "mlx": mlx_generate}[backend]
+
+
+BASELINE_NAMES = {"torch": "transformers model.generate", "mlx": "mlx_lm.stream_generate"}
