@@ -43,3 +43,17 @@ def mlx_model(tiny_path: Path):
 @pytest.fixture(scope="session", params=["torch", "mlx"])
 def model(request: pytest.FixtureRequest):
     return request.getfixturevalue(f"{request.param}_model")
+
+
+@pytest.fixture(scope="session", params=["torch", "mlx"])
+def builtin(request: pytest.FixtureRequest):
+    """The shipped built-in model, through each backend's real loader."""
+    from app.core.models import BUILTIN_PATH
+
+    if not (BUILTIN_PATH / "config.json").exists():
+        pytest.fail(f"the built-in model is missing from {BUILTIN_PATH}")
+    if not installed(request.param):
+        pytest.skip(f"{request.param} backend not installed")
+    from backends import get_backend
+
+    return get_backend(request.param).load(BUILTIN_PATH, LoadOptions())

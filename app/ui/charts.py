@@ -22,6 +22,8 @@ FINAL = QColor(255, 140, 0)  # orange: what the sampler drew from
 DRAWN = QColor(220, 20, 60)  # crimson outline: the drawn token
 CUT = QColor(150, 150, 150, 110)
 MAX_LABEL = 8
+BRUSH = {True: pg.mkBrush(RAW), False: pg.mkBrush(CUT)}  # made once: charts update many times a second
+PEN = {True: pg.mkPen(DRAWN, width=2), False: pg.mkPen(None)}
 
 
 def _label(text: str) -> str:
@@ -46,7 +48,7 @@ def finite(a: np.ndarray) -> np.ndarray:
 class StepChart(pg.PlotWidget):
     """Top-N candidates of one step: raw and final probability side by side, cuts labelled, drawn marked."""
 
-    def __init__(self, parent: QWidget | None = None, max_n: int = 64) -> None:
+    def __init__(self, parent: QWidget | None = None, max_n: int = 32) -> None:
         super().__init__(parent)
         _themed(self)
         self.setMenuEnabled(False)
@@ -75,6 +77,7 @@ class StepChart(pg.PlotWidget):
         self.addItem(self.title)
         self.setYRange(0, 1.05, padding=0)
         self.shown: tuple[Sample, tuple[str, ...]] | None = None
+        self._ticks: list = []
 
     def show_sample(self, s: Sample, texts: tuple[str, ...], settings: SamplerSettings, heading: str = "") -> None:
         n = min(len(texts), len(self.cut_labels))
@@ -83,17 +86,21 @@ class StepChart(pg.PlotWidget):
         final = finite(s.final_probs[:n].astype(np.float64))
         kept = s.kept[:, :n].all(axis=0) if s.kept.size else np.ones(n, bool)
         drawn = s.top_ids[:n] == s.token
-        self.raw.setOpts(x=x - 0.2, height=raw, width=0.38,
-                         brushes=[pg.mkBrush(RAW if k else CUT) for k in kept])
-        self.final.setOpts(x=x + 0.2, height=final, width=0.38, brush=FINAL,
-                           pens=[pg.mkPen(DRAWN, width=2) if d else pg.mkPen(None) for d in drawn])
+        self.raw.setOpts(x=x - 0.2, height=raw, width=0.38, brushes=[BRUSH[bool(k)] for k in kept])
+        self.final.setOpts(x=x + 0.2, height=final, width=0.38, brush=FINAL, pens=[PEN[bool(d)] for d in drawn])
         self.cumulative.setData(x, np.cumsum(self._as_filters_saw(s, settings, n)))
         self._thresholds(s, settings, raw)
         for i, label in enumerate(self.cut_labels):
             stage = _first_cut(s, i) if i < n else None
-            label.setText(f"cut by {stage}" if stage else "")
-            label.setPos(i - 0.2, min(raw[i] + 0.03, 0.6) if i < n else 0)
-        self.getPlotItem().getAxis("bottom").setTicks([[(i, _label(texts[i])) for i in range(n)]])
+            text = f"cut by {stage}" if stage else ""
+            if label.toPlainText() != text:
+                label.setText(text)
+            if text:
+                label.setPos(i - 0.2, min(raw[i] + 0.03, 0.6))
+        ticks = [[(i, _label(texts[i])) for i in range(n)]]
+        if ticks != self._ticks:
+            self.getPlotItem().getAxis("bottom").setTicks(ticks)
+            self._ticks = ticks
         self.setXRange(-0.7, n - 0.3, padding=0)
         self.title.setText(heading)
         self.title.setPos(-0.6, 1.04)

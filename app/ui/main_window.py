@@ -8,7 +8,7 @@ import contextlib
 import html
 import json
 
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QHBoxLayout,
@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.events import Finished, Prefilled, Request
+from app.core.model_thread import ModelThread
 from app.core.models import ModelSpec
 from app.core.settings import SamplerSettings, SettingsError
 from app.ui.charts import StepChart, TimelineChart
@@ -34,6 +35,7 @@ from app.ui.sampler_panel import SamplerPanel
 from app.ui.token_view import TokenView
 
 MAX_RECENT = 10
+CHART_MS = 100  # charts redraw at most 10 times a second while streaming; the text at every frame
 
 
 class Banner(QWidget):
@@ -72,11 +74,12 @@ class Banner(QWidget):
 
 
 class MainWindow(QMainWindow):
-    def __init__(self, settings: QSettings | None = None, spec: ModelSpec | None = None) -> None:
+    def __init__(self, settings: QSettings | None = None, spec: ModelSpec | None = None,
+                 worker: ModelThread | None = None) -> None:
         super().__init__()
         self.setWindowTitle("Logit Lab")
         self.store = settings or QSettings("LogitLab", "Logit Lab")
-        self.playground = Playground(self)
+        self.playground = Playground(self, worker)
         self.model_bar = ModelBar()
         self.prompt = PromptEditor()
         self.sampler = SamplerPanel()
@@ -89,6 +92,8 @@ class MainWindow(QMainWindow):
         self.step_title = QLabel("<b>Next-token distribution</b>")
         self.generate_button = QPushButton("Generate")
         self.stop_button = QPushButton("Stop", enabled=False)
+        self._chart_timer = QTimer(self, singleShot=True, interval=CHART_MS)
+        self._chart_timer.timeout.connect(self._refresh_charts)
         self._build_actions()
         self._build_layout()
         self._wire()
@@ -259,7 +264,15 @@ class MainWindow(QMainWindow):
         self.output.text.append_steps(steps)
         traces = [s.trace for s in steps if s.trace is not None]
         self.timeline.append([t.prob for t in traces], [t.sample.entropy for t in traces])
+        if not self._chart_timer.isActive():
+            self._chart_timer.start()
+
+    def _refresh_charts(self) -> None:
+        """The throttled part of streaming: timeline, the latest step's chart (unless one is pinned), metrics."""
         self.timeline.redraw()
+        steps = self.playground.steps
+        if self.playground.selected is None and steps:
+            self._show_step(len(steps) - 1, steps[-1])
         stats = self.playground.live_stats()
         self.metrics.live(*stats)
         self.model_card.show_kv(stats[-1])
@@ -289,6 +302,8 @@ class MainWindow(QMainWindow):
                 self.playground.preview(self.sampler.settings())
 
     def _finished(self, ev: Finished) -> None:
+        self._chart_timer.stop()
+        self._refresh_charts()
         self.output.text.mark_end(ev.reason)
         self.metrics.final(ev.metrics)
         if self.playground.steps:

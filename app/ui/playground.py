@@ -27,16 +27,16 @@ class Playground(QObject):
     run_started = Signal(object)  # Request
     prefilled = Signal(object)  # Prefilled
     steps_appended = Signal(list)  # list[Step], once per frame at most
-    step_selected = Signal(int, object)  # index, StepTrace
+    step_selected = Signal(int, object)  # index, StepTrace: when the user selects (views follow the latest)
     preview_changed = Signal(object, object)  # Sample (or None), StepTrace it re-samples
     finished = Signal(object)  # Finished
     failed = Signal(str)
     opt_in_needed = Signal(str, str)  # message, the LoadOptions flag that would allow it
     busy_changed = Signal(bool)
 
-    def __init__(self, parent: QObject | None = None) -> None:
+    def __init__(self, parent: QObject | None = None, worker: ModelThread | None = None) -> None:
         super().__init__(parent)
-        self.worker = ModelThread()
+        self.worker = worker or ModelThread()  # anything with its interface (benchmarks feed synthetic runs)
         self.tokenizer = None  # the loaded model's tokenizer (thread-safe, pure CPU): for counting tokens
         self.info = None
         self.trace: RunTrace | None = None
@@ -135,8 +135,6 @@ class Playground(QObject):
             return
         self.steps.extend(s.trace for s in steps if s.trace is not None)
         self.steps_appended.emit(steps)
-        if self.selected is None and self.steps:
-            self.step_selected.emit(len(self.steps) - 1, self.steps[-1])
         self._kv_bytes = steps[-1].kv_bytes
         self._decode_s += sum(s.trace.seconds for s in steps if s.trace is not None and s.step > 0)
 

@@ -1,0 +1,89 @@
+"""The built-in model means something: its distributions look like Python, through both backends.
+Each check here fails on random weights (see test_the_checks_fail_on_random_weights)."""
+
+from __future__ import annotations
+
+import threading
+
+from app.core.events import Finished, Request, Step
+from app.core.generation import generate
+from app.core.models import BUILTIN_PATH
+from app.core.settings import SamplerSettings
+
+MODULES = {"os", "sys", "re", "io", "time", "json", "math", "types", "typing", "warnings", "collections",
+           "functools", "itertools", "threading", "logging", "abc", "string", "struct", "socket", "errno", "copy",
+           "weakref", "operator", "subprocess", "tempfile", "unittest", "codecs", "enum", "contextlib", "stat"}
+
+
+def first_step(model, prompt: str):
+    req = Request(prompt=prompt, settings=SamplerSettings(temperature=0, max_tokens=1), top_n=10)
+    return next(e.trace for e in generate(model, req, threading.Event()) if isinstance(e, Step))
+
+
+def greedy(model, prompt: str, n: int = 48) -> str:
+    req = Request(prompt=prompt, settings=SamplerSettings(temperature=0, max_tokens=n))
+    return "".join(e.text for e in generate(model, req, threading.Event()) if isinstance(e, Step))
+
+
+def import_names(model) -> set[str]:
+    return {t.strip() for t in first_step(model, "import ").top_texts}
+
+
+def test_after_import_the_top_10_holds_common_module_names(builtin):
+    assert len(import_names(builtin) & MODULES) >= 3
+
+
+def test_after_def_init_the_top_token_is_self(builtin):
+    assert first_step(builtin, "class Point:\n    def __init__(").top_texts[0].startswith("self")
+
+
+def test_for_i_in_range_continues_plausibly(builtin):
+    top5 = [t.strip() for t in first_step(builtin, "for i in range(").top_texts[:5]]
+    assert {"len", "n", "0", "1", "self", "10", "2", "size", "count"} & set(top5), top5
+
+
+def test_greedy_fibonacci_looks_like_python(builtin):
+    text = greedy(builtin, "def fibonacci(n):\n")
+    assert text.startswith("    ") and any(k in text for k in ("return", "if ", "for ", "while ", "=")), text
+    compile_ok = any(_compiles("def fibonacci(n):\n" + text[:cut]) for cut in range(len(text), 0, -1))
+    assert compile_ok, text
+
+
+def _compiles(src: str) -> bool:
+    try:
+        compile(src, "<generated>", "exec")
+    except SyntaxError:
+        return False
+    return True
+
+
+def test_the_model_card_and_size_are_as_promised():
+    card = (BUILTIN_PATH / "README.md").read_text()
+    assert "validation loss" in card and "PSF" in card
+    size = sum(f.stat().st_size for f in BUILTIN_PATH.iterdir())
+    assert size < 40 * 2**20
+
+
+def test_the_checks_fail_on_random_weights(tmp_path):
+    """The same checks on a random model of the same shape and tokenizer: they must not pass."""
+    import json
+    import shutil
+
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from backends import get_backend
+    from backends.base import LoadOptions
+
+    rand = tmp_path / "random"
+    shutil.copytree(BUILTIN_PATH, rand)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(rand))
+    model.save_pretrained(rand)
+    json.loads((rand / "config.json").read_text())
+    m = get_backend("torch").load(rand, LoadOptions())
+    assert len(import_names(m) & MODULES) < 3
+    assert not first_step(m, "class Point:\n    def __init__(").top_texts[0].startswith("self")
+    fin = [e for e in generate(m, Request(prompt="x", settings=SamplerSettings(max_tokens=2)), threading.Event())
+           if isinstance(e, Finished)]
+    assert fin
