@@ -20,6 +20,7 @@ class ArrayOps(Protocol):
     def f32(self, x: Any) -> Array: ...  # host or device values -> device float32
     def numpy(self, x: Array) -> np.ndarray: ...  # device -> host
     def sync(self, arrays: list[Array]) -> None: ...  # evaluate lazily built arrays together
+    def compile(self, fn: Any) -> Any: ...  # fn itself, or a compiled version (pure functions of arrays only)
     def where(self, cond: Array, a: Array, b: Array | float) -> Array: ...
     def cumsum(self, x: Array) -> Array: ...
     def count_cumsum(self, mask: Array) -> Array: ...  # running count of True (int)
@@ -55,15 +56,20 @@ class NumpyOps:
     def sync(self, arrays: list[np.ndarray]) -> None:
         pass
 
+    def compile(self, fn: Any) -> Any:
+        return fn
+
+    # ufuncs and their reductions directly: np.sum / np.max / np.stack wrappers cost more than the work itself
+    # on one vocabulary-sized vector, and this runs every step.
     where = staticmethod(np.where)
     exp = staticmethod(np.exp)
-    max = staticmethod(np.max)
-    sum = staticmethod(np.sum)
+    max = staticmethod(np.maximum.reduce)
+    sum = staticmethod(np.add.reduce)
     isfinite = staticmethod(np.isfinite)
     isnan = staticmethod(np.isnan)
     minimum = staticmethod(np.minimum)
     maximum = staticmethod(np.maximum)
-    stack = staticmethod(np.stack)
+    stack = staticmethod(np.array)
 
     def cumsum(self, x: np.ndarray) -> np.ndarray:
         return np.cumsum(x, dtype=x.dtype)

@@ -39,6 +39,9 @@ class TorchOps:
     def sync(self, arrays: list[torch.Tensor]) -> None:
         pass  # .cpu() synchronizes
 
+    def compile(self, fn: Any) -> Any:
+        return fn  # torch.compile's warm-up would cost more than a run saves
+
     def where(self, cond: torch.Tensor, a: Any, b: Any) -> torch.Tensor:
         return torch.where(cond, a, b)
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from app.core.events import Event, Finished, FinishReason, Prefilled, Request, Step
 from app.core.metrics import Clock
-from app.core.sampling import History, Sample, make_stages, sample
+from app.core.sampling import History, Sample, sample
 from app.core.settings import MAX_SEED
 from app.core.trace import RunTrace, StepTrace
 from backends.base import LoadedModel, Tokenizer
@@ -118,7 +118,6 @@ def generate(model: LoadedModel, request: Request, cancel: threading.Event) -> I
     yield Prefilled(request.id, tuple(ids), text, seed, clock.prefilled())
 
     ops, vocab = model.ops, int(logits.shape[0])
-    stages = make_stages(s, vocab)
     history = History.start(ops, vocab, ids) if s.uses_penalties else None
     decoder, hold = model.tokenizer.stream(), StopHold(s.stop)
     eos = frozenset() if request.ignore_eos else model.tokenizer.eos_ids
@@ -128,7 +127,7 @@ def generate(model: LoadedModel, request: Request, cancel: threading.Event) -> I
         if cancel.is_set():
             reason = "cancelled"
             break
-        out = sample(ops, logits, s, float(rng.random()), stages=stages, history=history,
+        out = sample(ops, logits, s, float(rng.random()), history=history,
                      top_n=request.top_n, record=request.record)
         token = out.token if isinstance(out, Sample) else out
         seconds = clock.token()

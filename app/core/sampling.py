@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from functools import partial
+from functools import lru_cache, partial
 
 import numpy as np
 
@@ -93,12 +93,13 @@ class History:
         self.generated = ops.scatter(self.generated, token, ops.take(self.generated, token) + 1)
 
 
-def apply_penalties(ops: ArrayOps, x: Array, s: SamplerSettings, h: History) -> Array:
+def apply_penalties(ops: ArrayOps, x: Array, s: SamplerSettings, context: Array, generated: Array) -> Array:
+    """Repetition (over prompt + output) then frequency and presence (over the output only)."""
     if s.repetition_penalty != 1:
         r = s.repetition_penalty
-        x = ops.where(h.context > 0, ops.where(x > 0, x / r, x * r), x)
+        x = ops.where(context > 0, ops.where(x > 0, x / r, x * r), x)
     if s.frequency_penalty != 0 or s.presence_penalty != 0:
-        x = x - h.generated * s.frequency_penalty - (h.generated > 0) * s.presence_penalty
+        x = x - generated * s.frequency_penalty - (generated > 0) * s.presence_penalty
     return x
 
 
@@ -114,8 +115,9 @@ class Dist:
         self.ops, self.m = ops, ops.max(x)
         self.xm = x - self.m
         e = ops.exp(self.xm)
-        self.log_z = ops.log(ops.sum(e))
-        self.p = e / ops.sum(e)
+        z = ops.sum(e)
+        self.log_z = ops.log(z)
+        self.p = e / z
 
     def logprob(self, idx: Array) -> Array:
         return self.ops.take(self.xm, idx) - self.log_z
@@ -154,25 +156,56 @@ def sample(
     settings: SamplerSettings,
     u: float,
     *,
-    stages: list[Stage] | None = None,
     history: History | None = None,
     top_n: int = 20,
     record: bool = True,
 ) -> Sample | int:
     """Run the pipeline on one step's logits (V,) and draw with `u` in [0, 1).
 
-    Returns a `Sample` (one host transfer per step), or just the token id when `record` is False.
+    Returns a `Sample` (one host transfer per step), or just the token id when `record` is False. The device
+    part is one pure function per (settings, vocabulary, top-N), which an executor may compile (MLX does).
     """
-    # -inf arithmetic is intended (masks); a run with no finite logit is caught after the pipeline.
+    vocab = int(logits.shape[0])
+    penalties = history is not None and settings.uses_penalties
+    step = _step_function(ops, settings, vocab, min(top_n, vocab), record, penalties)
+    hist = (history.context, history.generated) if penalties else ()
+    # -inf arithmetic is intended (masks); a step with no finite logit is caught on the host below.
     with np.errstate(all="ignore"):
-        return _sample(ops, logits, settings, u, stages, history, top_n, record)
+        out = step(logits, ops.f32(u), *hist)
+    if penalties:
+        *out, history.context, history.generated = out
+    ops.sync(list(out))
+    host = [ops.numpy(a) for a in out]
+    if not math.isfinite(float(host[0][-1])):
+        raise NoValidTokenError("the model produced no finite logits (NaN or infinity): try float32")
+    if not record:
+        return int(host[0][0])
+    sc, counts, ids, vals, final, kept = host
+    return Sample(
+        token=int(sc[0]), prob=float(sc[1]), raw_logprob=float(sc[2]), rank=int(sc[3]),
+        entropy=max(0.0, float(sc[4])), final_entropy=max(0.0, float(sc[5])),
+        stage_names=tuple(n for n, _ in make_stages(settings, vocab)), kept_counts=counts.astype(np.int64),
+        top_ids=ids.astype(np.int64), top_logits=vals.astype(np.float32), raw_lse=float(sc[6]),
+        final_probs=final.astype(np.float32), kept=kept.astype(bool), u=u,
+    )
 
 
-def _sample(ops, logits, settings, u, stages, history, top_n, record) -> Sample | int:  # noqa: ANN001
+@lru_cache(maxsize=64)
+def _step_function(ops: ArrayOps, settings: SamplerSettings, vocab: int, top_n: int, record: bool,
+                   penalties: bool) -> Callable[..., tuple]:
+    stages = make_stages(settings, vocab)
+
+    def step(logits: Array, u: Array, *hist: Array) -> tuple:
+        return _device_step(ops, stages, settings, top_n, record, logits, u, *hist)
+
+    return ops.compile(step)
+
+
+def _device_step(ops, stages, s, top_n, record, logits, u, *hist) -> tuple:  # noqa: ANN001
+    """Everything on the device and nothing on the host: pipeline, draw, history update, the record."""
     raw = sanitize(ops, logits)
     vocab = raw.shape[0]
-    stages = make_stages(settings, vocab) if stages is None else stages
-    x = raw if history is None or not settings.uses_penalties else apply_penalties(ops, raw, settings, history)
+    x = apply_penalties(ops, raw, s, *hist) if hist else raw
     outs = []
     for _, fn in stages:
         x = fn(ops, x)
@@ -181,27 +214,14 @@ def _sample(ops, logits, settings, u, stages, history, top_n, record) -> Sample 
     cdf = ops.cumsum(final.p)
     # u is capped one float32 step below 1 so that u * total < total survives rounding: the first index where
     # the CDF passes u * total always exists and always has p > 0.
-    token = ops.minimum(ops.sum(cdf <= min(u, U_MAX) * cdf[-1]), vocab - 1)
+    token = ops.minimum(ops.sum(cdf <= ops.minimum(u, U_MAX) * cdf[-1]), vocab - 1)
     tok = ops.stack([token])  # (1,)
-    if history is not None:
-        history.add(ops, tok)
+    bumped = tuple(ops.scatter(h, tok, ops.take(h, tok) + 1) for h in hist)
     if not record:
-        return _checked_token(ops, final.lse, token)
-    return _record(ops, raw, final, outs, stages, tok, u, top_n)
-
-
-def _checked_token(ops: ArrayOps, lse: Array, token: Array) -> int:
-    values = ops.numpy(ops.stack([lse, ops.f32(token)]))
-    if not math.isfinite(float(values[0])):
-        raise NoValidTokenError("the model produced no finite logits (NaN or infinity): try float32")
-    return int(values[1])
-
-
-def _record(ops, raw, final, outs, stages, tok, u, top_n) -> Sample:  # noqa: ANN001
-    vocab = raw.shape[0]
+        return (ops.stack([ops.f32(token), final.lse]), *bumped)
     rd = Dist(ops, raw)
     top_vals, top_ids = ops.topk(raw, min(RECORD_K, vocab))
-    ids_n = top_ids[: min(top_n, vocab)]
+    ids_n = top_ids[:top_n]
     kept = ops.stack([ops.isfinite(ops.take(o, ids_n)) for o in outs])
     counts = ops.stack([ops.sum(ops.isfinite(o)) for o in outs])
     raw_tok = ops.take(raw, tok)
@@ -210,18 +230,7 @@ def _record(ops, raw, final, outs, stages, tok, u, top_n) -> Sample:  # noqa: AN
         ops.f32(tok[0]), ops.take(final.p, tok)[0], rd.logprob(tok)[0], ops.f32(rank),
         rd.entropy(), final.entropy(), rd.lse, final.lse,
     ])
-    arrays = [scalars, counts, top_ids, top_vals, ops.take(final.p, ids_n), kept]
-    ops.sync(arrays)
-    sc, counts_h, ids_h, vals_h, final_h, kept_h = (ops.numpy(a) for a in arrays)
-    if not math.isfinite(float(sc[7])):
-        raise NoValidTokenError("the model produced no finite logits (NaN or infinity): try float32")
-    return Sample(
-        token=int(sc[0]), prob=float(sc[1]), raw_logprob=float(sc[2]), rank=int(sc[3]),
-        entropy=max(0.0, float(sc[4])), final_entropy=max(0.0, float(sc[5])),
-        stage_names=tuple(n for n, _ in stages), kept_counts=counts_h.astype(np.int64),
-        top_ids=ids_h.astype(np.int64), top_logits=vals_h.astype(np.float32), raw_lse=float(sc[6]),
-        final_probs=final_h.astype(np.float32), kept=kept_h.astype(bool), u=u,
-    )
+    return (scalars, counts, top_ids, top_vals, ops.take(final.p, ids_n), kept, *bumped)
 
 
 def resample(

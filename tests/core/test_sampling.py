@@ -33,7 +33,7 @@ def softmax(x: np.ndarray) -> np.ndarray:
 def final_probs(logits, s: SamplerSettings, history=None) -> np.ndarray:
     x = np.asarray(logits, dtype=np.float32)
     if history is not None:
-        x = apply_penalties(NUMPY, x, s, history)
+        x = apply_penalties(NUMPY, x, s, history.context, history.generated)
     for _, fn in make_stages(s, len(x)):
         x = fn(NUMPY, x)
     return softmax(x)
@@ -87,7 +87,7 @@ def test_min_p_is_relative_to_the_top_probability():
 def test_repetition_penalty_is_ctrl():
     x = np.array([2.0, -2.0, 2.0, -2.0], dtype=np.float32)
     h = History.start(NUMPY, 4, [0, 1])
-    out = apply_penalties(NUMPY, x, SamplerSettings(repetition_penalty=2.0), h)
+    out = apply_penalties(NUMPY, x, SamplerSettings(repetition_penalty=2.0), h.context, h.generated)
     assert out.tolist() == [1.0, -4.0, 2.0, -2.0]
 
 
@@ -97,7 +97,7 @@ def test_frequency_and_presence_penalties_are_openai():
     for t in (0, 0, 1):
         h.add(NUMPY, np.array([t]))
     s = SamplerSettings(frequency_penalty=0.5, presence_penalty=0.25)
-    assert apply_penalties(NUMPY, x, s, h).tolist() == [-1.25, -0.75, 0.0, 0.0]
+    assert apply_penalties(NUMPY, x, s, h.context, h.generated).tolist() == [-1.25, -0.75, 0.0, 0.0]
 
 
 def test_stage_orders_differ_as_documented():
