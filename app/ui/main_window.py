@@ -92,6 +92,9 @@ class MainWindow(QMainWindow):
         self.step_title = QLabel("<b>Next-token distribution</b>")
         self.generate_button = QPushButton("Generate")
         self.stop_button = QPushButton("Stop", enabled=False)
+        self.reply_button = QPushButton("Add the reply to the chat", visible=False,
+                                        toolTip="Append the generated text as an assistant message, then a new "
+                                        "user message")
         self._chart_timer = QTimer(self, singleShot=True, interval=CHART_MS)
         self._chart_timer.timeout.connect(self._refresh_charts)
         self._build_actions()
@@ -140,6 +143,7 @@ class MainWindow(QMainWindow):
         lt.setContentsMargins(0, 0, 0, 0)
         lt.addWidget(QLabel("<b>Prompt</b>"))
         lt.addWidget(self.prompt, 1)
+        lt.addWidget(self.reply_button)
         lt.addLayout(buttons)
         self.left = self._splitter(Qt.Orientation.Vertical, "left", left_top, sampler_scroll)
         chart_box = QWidget()
@@ -202,6 +206,7 @@ class MainWindow(QMainWindow):
         self.output.text.step_clicked.connect(pg.select_step)
         self.timeline.step_clicked.connect(pg.select_step)
         self.sampler.changed.connect(self._sampler_changed)
+        self.reply_button.clicked.connect(self._add_reply)
 
     def load(self, spec: ModelSpec) -> None:
         self.banner.hide()
@@ -254,6 +259,7 @@ class MainWindow(QMainWindow):
         self.banner.show_message(message, f"{label} for {source}", allow)
 
     def _run_started(self, request: Request) -> None:
+        self.reply_button.hide()
         self.output.text.clear_run()
         self.timeline.clear_run()
 
@@ -301,7 +307,13 @@ class MainWindow(QMainWindow):
             with contextlib.suppress(SettingsError):
                 self.playground.preview(self.sampler.settings())
 
+    def _add_reply(self) -> None:
+        self.prompt.chat.add_turn("assistant", "".join(s.text for s in self.playground.steps))
+        self.prompt.chat.add_turn("user").text.setFocus()
+        self.reply_button.hide()
+
     def _finished(self, ev: Finished) -> None:
+        self.reply_button.setVisible(self.prompt.chat_mode and bool(self.playground.steps))
         self._chart_timer.stop()
         self._refresh_charts()
         self.output.text.mark_end(ev.reason)

@@ -128,6 +128,11 @@ def test_chat_mode_counts_the_templated_prompt(qtbot, window):
     assert window.prompt.count.text() == f"{len(ids)} tokens"
     fin = run(qtbot, window, max_tokens=3)
     assert fin.metrics.prompt_tokens == len(ids)
+    assert window.reply_button.isVisible()
+    window.reply_button.click()
+    roles = [t.role.currentText() for t in window.prompt.chat.turns]
+    assert roles == ["user", "assistant", "user"]
+    assert window.prompt.chat.turns[1].text.toPlainText() == "".join(s.text for s in window.playground.steps)
 
 
 def test_settings_and_prompt_are_remembered(qtbot, tiny_path, store):
