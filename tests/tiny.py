@@ -54,3 +54,30 @@ def make_model(path: Path, *, chat: bool = False, seed: int = 0, hidden: int = 6
     model.save_pretrained(path, safe_serialization=True)
     tok.save_pretrained(path)
     return path
+
+
+REMOTE_CONFIG = """from transformers import LlamaConfig
+class TinyRemoteConfig(LlamaConfig):
+    model_type = "tiny_remote"
+"""
+REMOTE_MODEL = """from transformers import LlamaForCausalLM
+from .configuration_tiny_remote import TinyRemoteConfig
+class TinyRemoteForCausalLM(LlamaForCausalLM):
+    config_class = TinyRemoteConfig
+"""
+
+
+def make_remote_code_model(src: Path, dst: Path) -> Path:
+    """A copy of `src` whose config asks for code from the model folder (auto_map), as hub repos do."""
+    import json
+    import shutil
+
+    shutil.copytree(src, dst)
+    (dst / "configuration_tiny_remote.py").write_text(REMOTE_CONFIG)
+    (dst / "modeling_tiny_remote.py").write_text(REMOTE_MODEL)
+    cfg = json.loads((dst / "config.json").read_text())
+    cfg.update(model_type="tiny_remote", architectures=["TinyRemoteForCausalLM"], auto_map={
+        "AutoConfig": "configuration_tiny_remote.TinyRemoteConfig",
+        "AutoModelForCausalLM": "modeling_tiny_remote.TinyRemoteForCausalLM"})
+    (dst / "config.json").write_text(json.dumps(cfg))
+    return dst

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 
 from app.core.catalog import ModelEntry, scan_cache
 from app.core.models import BUILTIN_NAME, HUB_ID
+from app.ui.panels import human_bytes
 
 
 class ModelPicker(QDialog):
@@ -32,8 +33,8 @@ class ModelPicker(QDialog):
         super().__init__(parent)
         self.setWindowTitle("Choose a model")
         self.resize(760, 420)
-        self.entries = [ModelEntry(BUILTIN_NAME, "", 0, "llama", ("mlx", "torch"), None)]
-        self.entries += scan_cache(cache_dir)
+        cached = scan_cache(cache_dir)
+        self.entries = [ModelEntry(BUILTIN_NAME, "", 0, "llama", ("mlx", "torch"), None), *cached]
         known = {e.source for e in self.entries}
         self.entries += [ModelEntry(r, r, 0, "recent", (), None) for r in recent if r not in known]
         self.table = QTableWidget(len(self.entries), len(self.COLUMNS))
@@ -45,7 +46,7 @@ class ModelPicker(QDialog):
         self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         for row, e in enumerate(self.entries):
             name = "Built-in model (Python, 5M)" if e.source == BUILTIN_NAME else e.source
-            size = f"{e.size_bytes / 2**20:,.0f} MB" if e.size_bytes else ""
+            size = human_bytes(e.size_bytes) if e.size_bytes else ""
             for col, text in enumerate((name, size, e.model_type, ", ".join(e.backends), e.quantization or "")):
                 item = QTableWidgetItem(text)
                 item.setToolTip(e.path or name)
@@ -64,7 +65,7 @@ class ModelPicker(QDialog):
         row.addWidget(self.hub, 1)
         row.addWidget(folder)
         box = QVBoxLayout(self)
-        box.addWidget(QLabel(f"<b>In your Hugging Face cache</b> ({len(self.entries) - 1} found) and recent:"))
+        box.addWidget(QLabel(f"The built-in model, <b>{len(cached)} in your Hugging Face cache</b>, and recent ones:"))
         box.addWidget(self.table, 1)
         box.addLayout(row)
         box.addWidget(self.hint)

@@ -19,7 +19,7 @@ from app.core.events import Request
 from app.core.generation import generate
 from app.core.settings import SamplerSettings
 from backends.base import LoadOptions, ModelLoadError, PickleRefusedError, RemoteCodeRefusedError
-from tests.tiny import make_model
+from tests.tiny import make_model, make_remote_code_model
 
 ENV = {**os.environ, "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TRANSFORMERS_VERBOSITY": "error"}
 
@@ -115,26 +115,8 @@ def test_pickle_weights_are_refused_unless_allowed(tmp_path: Path):
     assert works(model) and torch.__version__ >= "2.6"
 
 
-REMOTE_CONFIG = '''from transformers import LlamaConfig
-class TinyRemoteConfig(LlamaConfig):
-    model_type = "tiny_remote"
-'''
-REMOTE_MODEL = '''from transformers import LlamaForCausalLM
-from .configuration_tiny_remote import TinyRemoteConfig
-class TinyRemoteForCausalLM(LlamaForCausalLM):
-    config_class = TinyRemoteConfig
-'''
-
-
 def test_remote_code_is_refused_unless_allowed(tiny_path: Path, tmp_path: Path):
-    path = copy(tiny_path, tmp_path / "remote")
-    (path / "configuration_tiny_remote.py").write_text(REMOTE_CONFIG)
-    (path / "modeling_tiny_remote.py").write_text(REMOTE_MODEL)
-    cfg = json.loads((path / "config.json").read_text())
-    cfg.update(model_type="tiny_remote", architectures=["TinyRemoteForCausalLM"], auto_map={
-        "AutoConfig": "configuration_tiny_remote.TinyRemoteConfig",
-        "AutoModelForCausalLM": "modeling_tiny_remote.TinyRemoteForCausalLM"})
-    (path / "config.json").write_text(json.dumps(cfg))
+    path = make_remote_code_model(tiny_path, tmp_path / "remote")
     for backend in ("torch", "mlx"):
         with pytest.raises(RemoteCodeRefusedError, match="needs code from its repository"):
             load(backend, path)

@@ -163,3 +163,41 @@ def test_a_long_run_keeps_the_event_loop_responsive(qtbot, window):
           f"longest event-loop stall {max(gaps) * 1000:.1f} ms over {len(ticks)} ticks")
     assert fin.metrics.generated_tokens == 2000 and len(window.playground.steps) == 2000
     assert window.timeline.n == len(window.playground.steps)
+
+
+def test_the_model_picker_lists_the_hf_cache_and_validates_hub_ids(qtbot, tiny_path, tmp_path):
+    from app.ui.model_picker import ModelPicker
+    from tests.backends.test_model_files import place_in_hf_cache
+
+    cache = tmp_path / "hub"
+    place_in_hf_cache(cache, "someone/tiny-llama", tiny_path)
+    picker = ModelPicker(["/some/recent"], cache_dir=str(cache))
+    qtbot.addWidget(picker)
+    sources = [e.source for e in picker.entries]
+    assert sources == ["builtin", "someone/tiny-llama", "/some/recent"]
+    assert picker.table.item(1, 3).text() == "mlx, torch"
+    picker.table.selectRow(1)
+    assert picker.choice == "someone/tiny-llama"
+    picker.hub.setText("not a hub id")
+    assert not picker.buttons.button(picker.buttons.StandardButton.Ok).isEnabled()
+    picker.hub.setText("Qwen/Qwen2.5-0.5B-Instruct")
+    assert picker.buttons.button(picker.buttons.StandardButton.Ok).isEnabled()
+    assert picker.choice == "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+def test_remote_code_is_refused_then_allowed_per_model_and_remembered(qtbot, window, tiny_path, tmp_path, store):
+    from tests.tiny import make_remote_code_model
+
+    path = str(make_remote_code_model(tiny_path, tmp_path / "remote"))
+    window.model_bar.set_source(path)
+    with qtbot.waitSignal(window.playground.opt_in_needed, timeout=RUN_TIMEOUT):
+        window.load(window.model_bar.spec())
+    assert window.banner.isVisible() and "needs code from its repository" in window.banner.label.text()
+    assert window.banner.action.isVisible() and path in window.banner.action.text()
+    with qtbot.waitSignal(window.playground.loaded, timeout=RUN_TIMEOUT) as loaded:
+        window.banner.action.click()
+    assert loaded.args[0].architecture == "TinyRemoteForCausalLM"
+    assert path in store.value("opt_ins")
+    assert window.model_bar.spec().options.trust_remote_code
+    window.model_bar.set_source(str(tiny_path))
+    assert not window.model_bar.spec().options.trust_remote_code  # only for that model
