@@ -78,7 +78,9 @@ def trace_bytes_per_token(model: Any, ids: tuple[int, ...], n: int) -> float:
 
 def bench(model: Any, backend: str, prompt_tokens: int, tokens: int, repeat: int) -> dict:
     ids = make_prompt(model.tokenizer, prompt_tokens)
+    compiled = getattr(getattr(model, "fast", None), "static_len", None) is not None
     out: dict[str, Any] = {"model": model.info.name, "backend": backend, "device": model.info.device,
+                           "compiled": compiled,
                            "dtype": model.info.dtype, "parameters": model.info.parameters,
                            "prompt_tokens": prompt_tokens, "tokens": tokens, "repeat": repeat,
                            "baseline": BASELINE_NAMES[backend], "settings": {}}
@@ -101,7 +103,8 @@ def bench(model: Any, backend: str, prompt_tokens: int, tokens: int, repeat: int
 
 
 def print_table(r: dict) -> None:
-    print(f"{r['model']} ({r['parameters'] / 1e6:.1f}M params) on {r['backend']} / {r['device']} / {r['dtype']}, "
+    mode = " (static cache + torch.compile)" if r["compiled"] else ""
+    print(f"{r['model']} ({r['parameters'] / 1e6:.1f}M params) on {r['backend']}{mode} / {r['device']} / {r['dtype']}, "
           f"prompt {r['prompt_tokens']} tokens, {r['tokens']} generated, median of {r['repeat']}; "
           f"baseline (3) = {r['baseline']}")
     print(f"{'setting':9} {'mode':14} {'prefill tok/s':>13} {'decode tok/s':>12} {'TTFT ms':>8} {'decode ÷ (3)':>12}")
@@ -125,13 +128,15 @@ def main(argv: list[str]) -> int:
     p.add_argument("--prompt-tokens", type=int, default=128)
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--compile", action="store_true", help="torch: static KV cache + torch.compile'd decode step")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     backend = get_backend(args.backend)
     path = resolve(args.model)
     if args.random:
         path = random_model(args.random, path, args.dtype or "float32")
-    model = backend.load(path, LoadOptions(device=args.device, dtype=args.dtype))
+    compile_len = args.prompt_tokens + args.tokens + 16 if args.compile else None
+    model = backend.load(path, LoadOptions(device=args.device, dtype=args.dtype, compile_len=compile_len))
     result = bench(model, backend.name, args.prompt_tokens, args.tokens, args.repeat)
     if args.json:
         print(json.dumps(result, indent=1))

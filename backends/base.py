@@ -39,6 +39,7 @@ class LoadOptions:
     trust_remote_code: bool = False
     allow_pickle: bool = False
     fast: bool = True  # torch: the lean Llama forward where it applies (False: always transformers' forward)
+    compile_len: int | None = None  # torch: opt-in static KV cache of this length + torch.compile'd decode step
 
 
 @dataclass(frozen=True)

@@ -130,9 +130,9 @@ class TorchModel:
     """
 
     def __init__(self, model: Any, tokenizer: HFTokenizer, info: ModelInfo, device: torch.device,
-                 fast: bool = True) -> None:
+                 options: LoadOptions) -> None:
         self.model, self.tokenizer, self.info, self.device = model, tokenizer, info, device
-        self.fast = FastLlama(model) if fast and supports(model) else None
+        self.fast = FastLlama(model, options.compile_len) if options.fast and supports(model) else None
         self.ops = NUMPY if device.type == "cpu" else TorchOps(device)
 
     def new_cache(self) -> Any:
@@ -197,7 +197,7 @@ class TorchBackend:
         except Exception as e:
             raise ModelLoadError(f"cannot load the weights in {path}: {first_line(e)}") from e
         model.to(device).eval()
-        return TorchModel(model, tokenizer, make_info(path, config, model, device, dtype), device, options.fast)
+        return TorchModel(model, tokenizer, make_info(path, config, model, device, dtype), device, options)
 
 
 def first_line(e: BaseException) -> str:

@@ -49,7 +49,10 @@ class FastCache:
 
 
 class FastLlama:
-    def __init__(self, hf: Any) -> None:
+    """`compile_len`: opt in to a static KV cache of that many positions and a torch.compile'd decode step
+    (CUDA graphs on a GPU), as gpt-fast does; the first steps then pay for compiling."""
+
+    def __init__(self, hf: Any, compile_len: int | None = None) -> None:
         c = hf.config
         self.hf = hf
         self.eps = c.rms_norm_eps
@@ -64,6 +67,11 @@ class FastLlama:
         self.scaling = m.layers[0].self_attn.scaling
         self.layers = [self._layer(layer) for layer in m.layers]
         self.cos, self.sin = self._rope_tables(m, self.embed.device, self.embed.dtype)
+        self.static_len = min(compile_len, self.max_len) if compile_len else None
+        self._compiled = None
+        if self.static_len:
+            mode = "reduce-overhead" if self.embed.device.type == "cuda" else None
+            self._compiled = torch.compile(self._decode_static, mode=mode, fullgraph=True, dynamic=False)
 
     @staticmethod
     def _layer(layer: Any) -> Layer:
@@ -91,7 +99,7 @@ class FastLlama:
         cap = cache.k[0].shape[1] if cache.k else 0
         if need <= cap:
             return
-        new = min(self.max_len, max(need, 2 * cap, 256))
+        new = min(self.max_len, max(need, 2 * cap, 256, self.static_len or 0))
         shape = (self.kv_heads, new, self.head_dim)
         for store in (cache.k, cache.v):
             for i in range(len(self.layers)):
@@ -109,35 +117,56 @@ class FastLlama:
         if p + t > self.max_len:
             raise ValueError(f"the context holds {self.max_len} tokens")
         self._reserve(cache, p + t)
+        if self._compiled is not None and t == 1 and not all_logits and cache.k[0].shape[1] == self.static_len:
+            cache.pos = p + 1
+            return self._compiled(ids, torch.tensor(p, device=ids.device), cache.k, cache.v)
         x = F.embedding(ids, self.embed)  # (t, hidden)
         cos, sin = self.cos[p : p + t], self.sin[p : p + t]
         mask = None
         if t > 1:  # prefill: causal over the new tokens, everything before them visible
             mask = torch.ones(t, p + t, dtype=torch.bool, device=x.device).tril(p)
         for i, layer in enumerate(self.layers):
-            x = x + self._attention(layer, F.rms_norm(x, (x.shape[-1],), layer.ln1, self.eps), cache, i, p, t,
-                                    cos, sin, mask)
-            h = F.rms_norm(x, (x.shape[-1],), layer.ln2, self.eps)
-            gate, up = F.linear(h, layer.gate_up).chunk(2, dim=-1)
-            x = x + F.linear(F.silu(gate) * up, layer.down)
+            q, k, v = self._qkv(layer, F.rms_norm(x, (x.shape[-1],), layer.ln1, self.eps), cos, sin)
+            cache.k[i][:, p : p + t] = k
+            cache.v[i][:, p : p + t] = v
+            x = x + self._attend(layer, q, cache.k[i][:, : p + t], cache.v[i][:, : p + t], mask)
+            x = x + self._mlp(layer, x)
         cache.pos = p + t
         x = F.rms_norm(x if all_logits else x[-1:], (x.shape[-1],), self.norm, self.eps)
         logits = F.linear(x, self.lm_head).float()
         return logits if all_logits else logits[0]
 
-    def _attention(self, layer: Layer, h: torch.Tensor, cache: FastCache, i: int, p: int, t: int,
-                   cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        hd, nq, nkv = self.head_dim, self.heads, self.kv_heads
-        qkv = F.linear(h, layer.qkv, layer.qkv_bias)
-        q, k, v = qkv.split([nq * hd, nkv * hd, nkv * hd], dim=-1)
-        q = _rope(q.view(t, nq, hd).transpose(0, 1), cos, sin)
+    def _decode_static(self, ids: torch.Tensor, pos: torch.Tensor, ks: list[torch.Tensor],
+                       vs: list[torch.Tensor]) -> torch.Tensor:
+        """One decode step over fixed-size KV buffers (masked past `pos`): fixed shapes, so it compiles once."""
+        x = F.embedding(ids, self.embed)
+        cos, sin = self.cos.index_select(0, pos[None]), self.sin.index_select(0, pos[None])
+        mask = (torch.arange(ks[0].shape[1], device=ids.device) <= pos)[None]
+        for i, layer in enumerate(self.layers):
+            q, k, v = self._qkv(layer, F.rms_norm(x, (x.shape[-1],), layer.ln1, self.eps), cos, sin)
+            ks[i].index_copy_(1, pos[None], k)
+            vs[i].index_copy_(1, pos[None], v)
+            x = x + self._attend(layer, q, ks[i], vs[i], mask)
+            x = x + self._mlp(layer, x)
+        return F.linear(F.rms_norm(x, (x.shape[-1],), self.norm, self.eps), self.lm_head).float()[0]
+
+    def _qkv(self, layer: Layer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        t, hd, nq, nkv = h.shape[0], self.head_dim, self.heads, self.kv_heads
+        q, k, v = F.linear(h, layer.qkv, layer.qkv_bias).split([nq * hd, nkv * hd, nkv * hd], dim=-1)
+        q = _rope(q.view(t, nq, hd).transpose(0, 1), cos, sin)  # (heads, t, head_dim)
         k = _rope(k.view(t, nkv, hd).transpose(0, 1), cos, sin)
-        cache.k[i][:, p : p + t] = k
-        cache.v[i][:, p : p + t] = v.view(t, nkv, hd).transpose(0, 1)
-        keys, values = cache.k[i][:, : p + t], cache.v[i][:, : p + t]
+        return q, k, v.view(t, nkv, hd).transpose(0, 1)
+
+    def _attend(self, layer: Layer, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                mask: torch.Tensor | None) -> torch.Tensor:
         out = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask,
-                                             scale=self.scaling, enable_gqa=nq != nkv)
-        return F.linear(out[0].transpose(0, 1).reshape(t, nq * hd), layer.o, layer.o_bias)
+                                             scale=self.scaling, enable_gqa=self.heads != self.kv_heads)
+        t = q.shape[1]
+        return F.linear(out[0].transpose(0, 1).reshape(t, self.heads * self.head_dim), layer.o, layer.o_bias)
+
+    def _mlp(self, layer: Layer, x: torch.Tensor) -> torch.Tensor:
+        gate, up = F.linear(F.rms_norm(x, (x.shape[-1],), layer.ln2, self.eps), layer.gate_up).chunk(2, dim=-1)
+        return F.linear(F.silu(gate) * up, layer.down)
 
     def trim(self, cache: FastCache, n: int) -> None:
         cache.pos = max(0, cache.pos - n)

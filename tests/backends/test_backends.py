@@ -117,3 +117,17 @@ def test_the_lean_torch_forward_matches_transformers(tiny_path, torch_model):
     assert [s.token_id for s in steps_fast] == [s.token_id for s in steps_plain]
     torch_model.trim(cache, 3)
     assert cache.pos == len(ids) - 3
+
+
+def test_the_opt_in_compiled_static_cache_gives_the_same_tokens(tiny_path, torch_model):
+    from backends.base import LoadOptions
+    from backends.torch_backend import TorchBackend
+
+    compiled = TorchBackend().load(tiny_path, LoadOptions(device="cpu", dtype="float32", compile_len=64))
+    s = SamplerSettings(temperature=0, max_tokens=12)
+    assert compiled.fast.static_len == 64
+    got, _ = run(compiled, s)
+    want, _ = run(torch_model, s)
+    assert [x.token_id for x in got] == [x.token_id for x in want]
+    long, _ = run(compiled, s.with_(max_tokens=70))  # past the static length: grows and falls back to eager
+    assert len(long) == 70 or long[-1].token_id in compiled.tokenizer.eos_ids
