@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Signal
+from PySide6.QtCore import QEvent, Signal
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QWidget
 
@@ -45,15 +45,27 @@ def finite(a: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(a), a, 0.0)
 
 
-class StepChart(pg.PlotWidget):
+class ThemedPlot(pg.PlotWidget):
+    """A plot that follows the application palette, also when the system switches light/dark."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        _themed(self)
+        self.setMenuEnabled(False)
+        self.hideButtons()
+
+    def changeEvent(self, e: QEvent) -> None:  # noqa: N802 - Qt override
+        if e.type() == QEvent.Type.PaletteChange and self.getPlotItem() is not None:
+            _themed(self)
+        super().changeEvent(e)
+
+
+class StepChart(ThemedPlot):
     """Top-N candidates of one step: raw and final probability side by side, cuts labelled, drawn marked."""
 
     def __init__(self, parent: QWidget | None = None, max_n: int = 32) -> None:
         super().__init__(parent)
-        _themed(self)
-        self.setMenuEnabled(False)
         self.setMouseEnabled(x=False, y=False)
-        self.hideButtons()
         pi = self.getPlotItem()
         pi.setLabel("left", "probability")
         pi.showGrid(y=True, alpha=0.2)
@@ -130,16 +142,13 @@ def _first_cut(s: Sample, i: int) -> str | None:
     return None
 
 
-class TimelineChart(pg.PlotWidget):
+class TimelineChart(ThemedPlot):
     """Chosen-token probability (left axis) and entropy (right axis) per step; click to select a step."""
 
     step_clicked = Signal(int)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        _themed(self)
-        self.setMenuEnabled(False)
-        self.hideButtons()
         pi = self.getPlotItem()
         pi.setLabel("left", "p(drawn)", color=FINAL.name())
         pi.setLabel("bottom", "step")

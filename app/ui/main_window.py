@@ -264,7 +264,7 @@ class MainWindow(QMainWindow):
         self.timeline.clear_run()
 
     def _prefilled(self, ev: Prefilled) -> None:
-        self.metrics.started(len(ev.prompt_ids), ev.seconds, ev.seconds)
+        self.metrics.started(len(ev.prompt_ids), ev.seconds)
 
     def _steps(self, steps: list) -> None:
         self.output.text.append_steps(steps)

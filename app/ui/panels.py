@@ -44,7 +44,7 @@ class MetricsStrip(QWidget):
         name = next(n for k, n, _ in self.FIELDS if k == key)
         self.values[key].setText(f"{name}: <b>{text}</b>")
 
-    def started(self, prompt_tokens: int, ttft_s: float, prefill_s: float) -> None:
+    def started(self, prompt_tokens: int, prefill_s: float) -> None:
         self._prompt_tokens = prompt_tokens
         self._set("prefill", f"{prompt_tokens / prefill_s:.0f} tok/s" if prefill_s > 0 else "—")
 
