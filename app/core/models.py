@@ -103,6 +103,8 @@ def _progress_tqdm(progress: Progress | None, cancel: threading.Event | None) ->
 
     class Reporter(tqdm):  # type: ignore[misc, valid-type]
         def __init__(self, *args, **kwargs) -> None:
+            self.bytes = kwargs.get("unit") == "B"  # a disabled tqdm keeps neither unit nor count: we do
+            self.expected = int(kwargs.get("total") or 0)
             kwargs["disable"] = True
             super().__init__(*args, **kwargs)
             self.done = 0
@@ -111,8 +113,8 @@ def _progress_tqdm(progress: Progress | None, cancel: threading.Event | None) ->
             if cancel is not None and cancel.is_set():
                 raise Cancelled
             self.done += int(n or 0)
-            if progress is not None and self.unit == "B":
-                progress(self.done, int(self.total or 0))
+            if progress is not None and self.bytes:
+                progress(self.done, max(self.expected, int(self.total or 0)))
             return None
 
     return Reporter

@@ -7,6 +7,7 @@ installed (a cheap check that imports no framework) and disables the others with
 from __future__ import annotations
 
 import os
+import time
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
@@ -70,6 +71,7 @@ class ModelBar(QWidget):
         self.load_button.clicked.connect(lambda: self.load_requested.emit(self.spec()))
         self.progress = QProgressBar(maximumWidth=160, textVisible=True)
         self.progress.hide()
+        self._download_start: tuple[float, int] | None = None
         self.status = QLabel("")
         self.status.setObjectName("model_status")
         row = QHBoxLayout(self)
@@ -118,13 +120,23 @@ class ModelBar(QWidget):
             self.load_requested.emit(self.spec())
 
     def show_progress(self, message: str, done: int, total: int) -> None:
-        self.status.setText(message)
         self.progress.setVisible(total > 0)
-        if total > 0:
-            self.progress.setRange(0, 1000)
-            self.progress.setValue(int(1000 * done / total))
-            self.progress.setFormat(f"{done / 2**20:.0f} / {total / 2**20:.0f} MiB")
+        if total <= 0:
+            self._download_start = None
+            self.status.setText(message)
+            return
+        now = time.monotonic()
+        if self._download_start is None:
+            self._download_start = (now, done)
+        t0, d0 = self._download_start
+        speed = (done - d0) / (now - t0) if now > t0 else 0.0
+        left = f", {(total - done) / speed:.0f} s left" if speed > 0 else ""
+        self.status.setText(f"{message} {speed / 2**20:.1f} MiB/s{left} — Stop (Esc) cancels")
+        self.progress.setRange(0, 1000)
+        self.progress.setValue(int(1000 * done / total))
+        self.progress.setFormat(f"{done / 2**20:.0f} / {total / 2**20:.0f} MiB")
 
     def show_status(self, text: str) -> None:
+        self._download_start = None
         self.progress.hide()
         self.status.setText(text)

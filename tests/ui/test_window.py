@@ -201,3 +201,15 @@ def test_remote_code_is_refused_then_allowed_per_model_and_remembered(qtbot, win
     assert window.model_bar.spec().options.trust_remote_code
     window.model_bar.set_source(str(tiny_path))
     assert not window.model_bar.spec().options.trust_remote_code  # only for that model
+
+
+def test_download_progress_shows_bytes_speed_and_time_left(qtbot, window):
+    bar = window.model_bar
+    bar.show_progress("Downloading someone/model…", 0, 100 * 2**20)
+    qtbot.wait(50)
+    bar.show_progress("Downloading someone/model…", 50 * 2**20, 100 * 2**20)
+    assert bar.progress.isVisible() and bar.progress.value() == 500
+    assert bar.progress.format() == "50 / 100 MiB"
+    assert "MiB/s" in bar.status.text() and "s left" in bar.status.text()
+    bar.show_status("loaded")
+    assert not bar.progress.isVisible()
