@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 EOS = "<|endoftext|>"
@@ -45,8 +45,14 @@ def read(p: Path) -> str:
 
 
 def train_tokenizer(texts: list[str]) -> Tokenizer:
+    """Byte-level BPE whose pieces never cross a newline, a run of spaces or a word boundary: a newline, the
+    indentation after it and the word after a space are separate tokens, so a prompt that ends in "\n" or in
+    "import " ends on a boundary the model saw in training (GPT-2's scheme glues the space to the next word)."""
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(r"\n|[ \t]+|\w+|[^\w\s]+"), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=VOCAB, special_tokens=[EOS], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
@@ -169,7 +175,7 @@ It knows Python only (and not well): it exists to make the playground's charts m
 |---|---|
 | architecture | LlamaForCausalLM, 6 layers, hidden 256, 8 heads / 4 KV heads, tied embeddings |
 | parameters | {parameters:,} |
-| tokenizer | byte-level BPE, 4,096 tokens, trained on the same data |
+| tokenizer | byte-level BPE, 4,096 tokens, trained on the same data; newlines, space runs and words are separate pieces |
 | weights | float16 safetensors |
 | data | the CPython {python} standard library's own `.py` sources (tests, site-packages and idlelib left out), {train_files} files; {validation_files} files held out by a hash of their path |
 | licence of the data | PSF License Agreement (the sources ship with every Python) |
