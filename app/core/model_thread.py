@@ -41,7 +41,6 @@ class ModelThread:
         self._lock = threading.Lock()
         self._model: LoadedModel | None = None
         self._spec: ModelSpec | None = None
-        self._just_loaded = False
         self._used_mlx = False
         self.stopped = threading.Event()  # set once the thread has freed the model and serves no more
         self._thread = threading.Thread(target=self._run, name="logitlab-model", daemon=True)
@@ -97,19 +96,19 @@ class ModelThread:
                     self._live.remove(job)
 
     def _serve(self, job: _Job) -> None:
-        model = self._ensure(job)
+        model, loaded_now = self._ensure(job)
         if job.load_only:
-            if job.request.model == self._spec and not self._just_loaded:
-                self.events.put(Loaded(job.request.id, model.info, 0.0))  # already loaded: say so
+            if not loaded_now:
+                self.events.put(Loaded(job.request.id, model.info, 0.0))  # already loaded: say so anyway
             return
         for event in generate(model, job.request, job.cancel):
             self.events.put(event)
 
-    def _ensure(self, job: _Job) -> LoadedModel:
+    def _ensure(self, job: _Job) -> tuple[LoadedModel, bool]:
+        """The model the job asks for, and whether it was loaded just now."""
         spec, rid = job.request.model, job.request.id
-        self._just_loaded = False
         if self._model is not None and spec == self._spec:
-            return self._model
+            return self._model, False
         self._unload()
         t0 = time.perf_counter()
         self.events.put(Loading(rid, f"Finding {spec.label}…"))
@@ -123,9 +122,8 @@ class ModelThread:
         self._used_mlx |= backend.name == "mlx"
         self.events.put(Loading(rid, f"Loading {spec.label} with {backend.name}…"))
         self._model, self._spec = backend.load(path, spec.options), spec
-        self._just_loaded = True
         self.events.put(Loaded(rid, self._model.info, time.perf_counter() - t0))
-        return self._model
+        return self._model, True
 
     def _unload(self) -> None:
         if self._model is not None:
