@@ -89,8 +89,12 @@ class History:
         return cls(ops.f32(np.bincount(ids, minlength=vocab)[:vocab]), ops.zeros(vocab))
 
     def add(self, ops: ArrayOps, token: Array) -> None:
-        self.context = ops.scatter(self.context, token, ops.take(self.context, token) + 1)
-        self.generated = ops.scatter(self.generated, token, ops.take(self.generated, token) + 1)
+        self.context, self.generated = bump(ops, self.context, token), bump(ops, self.generated, token)
+
+
+def bump(ops: ArrayOps, counts: Array, token: Array) -> Array:
+    """counts with one more of `token` (shape (1,)), as a new array."""
+    return ops.scatter(counts, token, ops.take(counts, token) + 1)
 
 
 def apply_penalties(ops: ArrayOps, x: Array, s: SamplerSettings, context: Array, generated: Array) -> Array:
@@ -216,7 +220,7 @@ def _device_step(ops, stages, s, top_n, record, logits, u, *hist) -> tuple:  # n
     # the CDF passes u * total always exists and always has p > 0.
     token = ops.minimum(ops.sum(cdf <= ops.minimum(u, U_MAX) * cdf[-1]), vocab - 1)
     tok = ops.stack([token])  # (1,)
-    bumped = tuple(ops.scatter(h, tok, ops.take(h, tok) + 1) for h in hist)
+    bumped = tuple(bump(ops, h, tok) for h in hist)
     if not record:
         return (ops.stack([ops.f32(token), final.lse]), *bumped)
     rd = Dist(ops, raw)
