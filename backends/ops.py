@@ -21,6 +21,7 @@ class ArrayOps(Protocol):
     def numpy(self, x: Array) -> np.ndarray: ...  # device -> host
     def sync(self, arrays: list[Array]) -> None: ...  # evaluate lazily built arrays together
     def compile(self, fn: Any) -> Any: ...  # fn itself, or a compiled version (pure functions of arrays only)
+    def start(self, x: Array) -> None: ...  # begin computing x in the background, if the framework is lazy
     def where(self, cond: Array, a: Array, b: Array | float) -> Array: ...
     def cumsum(self, x: Array) -> Array: ...
     def count_cumsum(self, mask: Array) -> Array: ...  # running count of True (int)
@@ -58,6 +59,9 @@ class NumpyOps:
 
     def compile(self, fn: Any) -> Any:
         return fn
+
+    def start(self, x: np.ndarray) -> None:
+        pass
 
     # ufuncs and their reductions directly: np.sum / np.max / np.stack wrappers cost more than the work itself
     # on one vocabulary-sized vector, and this runs every step.

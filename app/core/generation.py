@@ -17,7 +17,7 @@ import numpy as np
 
 from app.core.events import Event, Finished, FinishReason, Prefilled, Request, Step
 from app.core.metrics import Clock
-from app.core.sampling import History, Sample, sample
+from app.core.sampling import History, Sample, start_sample
 from app.core.settings import MAX_SEED
 from app.core.trace import RunTrace, StepTrace
 from backends.base import LoadedModel, Tokenizer
@@ -121,14 +121,19 @@ def generate(model: LoadedModel, request: Request, cancel: threading.Event) -> I
     history = History.start(ops, vocab, ids) if s.uses_penalties else None
     decoder, hold = model.tokenizer.stream(), StopHold(s.stop)
     eos = frozenset() if request.ignore_eos else model.tokenizer.eos_ids
-    ctx = model.info.context_length
+    ctx = model.info.context_length or 0
     reason: FinishReason = "length"
-    for step in range(s.max_tokens):
+    last = min(s.max_tokens, ctx - len(ids)) if ctx else s.max_tokens  # the context may fill up first
+    for step in range(last):
         if cancel.is_set():
             reason = "cancelled"
             break
-        out = sample(ops, logits, s, float(rng.random()), history=history,
-                     top_n=request.top_n, record=request.record)
+        pending = start_sample(ops, logits, s, float(rng.random()), history=history, top_n=request.top_n,
+                               record=request.record)
+        if step + 1 < last:  # queue the next forward before reading this step (wasted once, at a stop)
+            logits = model.forward(pending.token, cache)
+            ops.start(logits)
+        out = pending.result()
         token = out.token if isinstance(out, Sample) else out
         seconds = clock.token()
         done = token in eos
@@ -138,9 +143,6 @@ def generate(model: LoadedModel, request: Request, cancel: threading.Event) -> I
         if done or stopped:
             reason = "eos" if done else "stop"
             break
-        if ctx and len(ids) + step + 1 >= ctx:
-            break  # the context is full: "length"
-        logits = model.forward([token], cache)
     yield from _steps(model, request, run, hold.finish(decoder.flush()), cache)
     yield Finished(request.id, reason, clock.metrics(len(ids), model.cache_bytes(cache)), run)
 

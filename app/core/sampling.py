@@ -169,29 +169,63 @@ def sample(
     Returns a `Sample` (one host transfer per step), or just the token id when `record` is False. The device
     part is one pure function per (settings, vocabulary, top-N), which an executor may compile (MLX does).
     """
+    return start_sample(ops, logits, settings, u, history=history, top_n=top_n, record=record).result()
+
+
+@dataclass
+class PendingSample:
+    """A drawn token still on the device: feed `token` to the next forward, then read `result()`, so the
+    device computes step t+1 while the host turns step t into a trace (as mlx-lm's generate_step does)."""
+
+    ops: ArrayOps
+    outputs: tuple
+    settings: SamplerSettings
+    vocab: int
+    u: float
+
+    @property
+    def token(self) -> Array:  # (1,) int, on the device
+        return self.outputs[0]
+
+    def result(self) -> Sample | int:
+        self.ops.sync(list(self.outputs))
+        host = [self.ops.numpy(a) for a in self.outputs]
+        if not math.isfinite(float(host[1][-1])):
+            raise NoValidTokenError("the model produced no finite logits (NaN or infinity): try float32")
+        token = int(host[0][0])
+        if len(host) == 2:
+            return token
+        _, sc, counts, ids, vals, final, kept = host
+        return Sample(
+            token=token, prob=float(sc[1]), raw_logprob=float(sc[2]), rank=int(sc[3]),
+            entropy=max(0.0, float(sc[4])), final_entropy=max(0.0, float(sc[5])),
+            stage_names=tuple(n for n, _ in make_stages(self.settings, self.vocab)),
+            kept_counts=counts.astype(np.int64), top_ids=ids.astype(np.int64), top_logits=vals.astype(np.float32),
+            raw_lse=float(sc[6]), final_probs=final.astype(np.float32), kept=kept.astype(bool), u=self.u,
+        )
+
+
+def start_sample(
+    ops: ArrayOps,
+    logits: Array,
+    settings: SamplerSettings,
+    u: float,
+    *,
+    history: History | None = None,
+    top_n: int = 20,
+    record: bool = True,
+) -> PendingSample:
+    """`sample`, without waiting for the device: the history is updated, the host transfer is deferred."""
     vocab = int(logits.shape[0])
     penalties = history is not None and settings.uses_penalties
     step = _step_function(ops, settings, vocab, min(top_n, vocab), record, penalties)
     hist = (history.context, history.generated) if penalties else ()
-    # -inf arithmetic is intended (masks); a step with no finite logit is caught on the host below.
+    # -inf arithmetic is intended (masks); a step with no finite logit is caught in `result`.
     with np.errstate(all="ignore"):
         out = step(logits, ops.f32(u), *hist)
     if penalties:
         *out, history.context, history.generated = out
-    ops.sync(list(out))
-    host = [ops.numpy(a) for a in out]
-    if not math.isfinite(float(host[0][-1])):
-        raise NoValidTokenError("the model produced no finite logits (NaN or infinity): try float32")
-    if not record:
-        return int(host[0][0])
-    sc, counts, ids, vals, final, kept = host
-    return Sample(
-        token=int(sc[0]), prob=float(sc[1]), raw_logprob=float(sc[2]), rank=int(sc[3]),
-        entropy=max(0.0, float(sc[4])), final_entropy=max(0.0, float(sc[5])),
-        stage_names=tuple(n for n, _ in make_stages(settings, vocab)), kept_counts=counts.astype(np.int64),
-        top_ids=ids.astype(np.int64), top_logits=vals.astype(np.float32), raw_lse=float(sc[6]),
-        final_probs=final.astype(np.float32), kept=kept.astype(bool), u=u,
-    )
+    return PendingSample(ops, tuple(out), settings, vocab, u)
 
 
 @lru_cache(maxsize=64)
@@ -222,7 +256,7 @@ def _device_step(ops, stages, s, top_n, record, logits, u, *hist) -> tuple:  # n
     tok = ops.stack([token])  # (1,)
     bumped = tuple(bump(ops, h, tok) for h in hist)
     if not record:
-        return (ops.stack([ops.f32(token), final.lse]), *bumped)
+        return (tok, ops.stack([final.lse]), *bumped)
     rd = Dist(ops, raw)
     top_vals, top_ids = ops.topk(raw, min(RECORD_K, vocab))
     ids_n = top_ids[:top_n]
@@ -234,7 +268,7 @@ def _device_step(ops, stages, s, top_n, record, logits, u, *hist) -> tuple:  # n
         ops.f32(tok[0]), ops.take(final.p, tok)[0], rd.logprob(tok)[0], ops.f32(rank),
         rd.entropy(), final.entropy(), rd.lse, final.lse,
     ])
-    return (scalars, counts, top_ids, top_vals, ops.take(final.p, ids_n), kept, *bumped)
+    return (tok, scalars, counts, top_ids, top_vals, ops.take(final.p, ids_n), kept, *bumped)
 
 
 def resample(
