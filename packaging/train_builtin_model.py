@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 EOS = "<|endoftext|>"
@@ -61,10 +61,16 @@ def train_tokenizer(texts: list[str]) -> Tokenizer:
     return tok
 
 
+def add_bos(tok: Tokenizer) -> Tokenizer:
+    """Prompts start like files do in training, after the end-of-text separator (as Llama prepends <s>)."""
+    tok.post_processor = processors.TemplateProcessing(single=f"{EOS} $A", special_tokens=[(EOS, tok.token_to_id(EOS))])
+    return tok
+
+
 def encode_all(tok: Tokenizer, texts: list[str]) -> np.ndarray:
     eos = tok.token_to_id(EOS)
     ids: list[int] = []
-    for enc in tok.encode_batch(texts):
+    for enc in tok.encode_batch(texts, add_special_tokens=False):
         ids.extend(enc.ids)
         ids.append(eos)
     return np.asarray(ids, dtype=np.int64)
@@ -145,7 +151,7 @@ def main() -> None:
 def save(args, model, tok, n_params, n_train, val_loss, seconds, n_train_files, n_val_files) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     model.half().save_pretrained(args.out, safe_serialization=True)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, bos_token=EOS, unk_token=EOS)
+    fast = PreTrainedTokenizerFast(tokenizer_object=add_bos(tok), eos_token=EOS, bos_token=EOS, unk_token=EOS)
     fast.model_max_length = 1024
     fast.save_pretrained(args.out)
     tokens_seen = args.steps * args.batch * SEQ
