@@ -115,6 +115,7 @@ def generate(model: LoadedModel, request: Request, cancel: threading.Event) -> I
             yield Finished(request.id, "cancelled", clock.metrics(len(ids), 0), run)
             return
         logits = model.forward(ids[i : i + PREFILL_CHUNK], cache)
+    model.ops.sync([logits])  # lazy frameworks (MLX) compute here: the prefill time is the prefill's
     yield Prefilled(request.id, tuple(ids), text, seed, clock.prefilled())
 
     ops, vocab = model.ops, int(logits.shape[0])

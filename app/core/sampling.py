@@ -218,7 +218,8 @@ def start_sample(
     """`sample`, without waiting for the device: the history is updated, the host transfer is deferred."""
     vocab = int(logits.shape[0])
     penalties = history is not None and settings.uses_penalties
-    step = _step_function(ops, settings, vocab, min(top_n, vocab), record, penalties)
+    pipeline = settings.with_(seed=None, max_tokens=1, stop=())  # what the device step depends on
+    step = _step_function(ops, pipeline, vocab, min(top_n, vocab), record, penalties)
     hist = (history.context, history.generated) if penalties else ()
     # -inf arithmetic is intended (masks); a step with no finite logit is caught in `result`.
     with np.errstate(all="ignore"):
