@@ -70,6 +70,9 @@ class FastLlama:
         self.static_len = min(compile_len, self.max_len) if compile_len else None
         self._compiled = None
         if self.static_len:
+            import torch._inductor.config as inductor
+
+            inductor.freezing = True  # weights become constants: prepacked CPU matmuls (25.2 vs 27.8 ms/token)
             mode = "reduce-overhead" if self.embed.device.type == "cuda" else None
             self._compiled = torch.compile(self._decode_static, mode=mode, fullgraph=True, dynamic=False)
 

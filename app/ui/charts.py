@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, Signal
-from PySide6.QtGui import QColor, QPalette
+from PySide6.QtGui import QColor, QFont, QPalette
 from PySide6.QtWidgets import QWidget
 
 from app.core.sampling import Sample
@@ -21,7 +21,7 @@ RAW = QColor(100, 149, 237)  # cornflower: what the model proposed
 FINAL = QColor(255, 140, 0)  # orange: what the sampler drew from
 DRAWN = QColor(220, 20, 60)  # crimson outline: the drawn token
 CUT = QColor(150, 150, 150, 110)
-MAX_LABEL = 8
+MAX_LABEL = 7
 BRUSH = {True: pg.mkBrush(RAW), False: pg.mkBrush(CUT)}  # made once: charts update many times a second
 PEN = {True: pg.mkPen(DRAWN, width=2), False: pg.mkPen(None)}
 
@@ -77,14 +77,17 @@ class StepChart(ThemedPlot):
         for item in (self.raw, self.final, self.cumulative):
             self.addItem(item)
         self.top_p_line = pg.InfiniteLine(angle=0, pen=pg.mkPen(QColor(46, 139, 87), style=pg.QtCore.Qt.DashLine),
-                                          label="top-p {value:.2f}", labelOpts={"position": 0.97})
+                                          label="top-p {value:.2f}", labelOpts={"position": 0.55})
         self.min_p_line = pg.InfiniteLine(angle=0, pen=pg.mkPen(QColor(138, 43, 226), style=pg.QtCore.Qt.DotLine),
-                                          label="min-p cut {value:.3f}", labelOpts={"position": 0.8})
+                                          label="min-p cut {value:.3f}", labelOpts={"position": 0.35})
         self.addItem(self.top_p_line)
         self.addItem(self.min_p_line)
         self.cut_labels = [pg.TextItem(anchor=(0, 0.5), angle=90, color=QColor(128, 128, 128)) for _ in range(max_n)]
         for t in self.cut_labels:
             self.addItem(t)
+        small = QFont(self.font())
+        small.setPointSizeF(max(6.0, small.pointSizeF() * 0.85))
+        pi.getAxis("bottom").setStyle(tickFont=small)
         self.title = pg.TextItem(anchor=(0, 0), color=self.palette().color(QPalette.ColorRole.Text))
         self.addItem(self.title)
         self.setYRange(0, 1.05, padding=0)
@@ -195,6 +198,11 @@ class TimelineChart(ThemedPlot):
 
     def redraw(self) -> None:
         x = np.arange(self.n)
+        symbol = "o" if self.n <= 60 else None  # a short run is a few dots, a long one a line
+        for item in (self.prob, self.entropy):
+            if item.opts["symbol"] != symbol:
+                item.setSymbol(symbol)
+                item.setSymbolSize(4)
         self.prob.setData(x, finite(self._p[: self.n]))
         h = finite(self._h[: self.n])
         self.entropy.setData(x, h)
