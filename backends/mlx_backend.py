@@ -27,6 +27,7 @@ class MlxOps:
     own stream, like its forward."""
 
     name = "mlx"
+    overlap = True
 
     def __init__(self, stream: Any = None) -> None:
         self.stream = stream if stream is not None else mx.default_stream(mx.default_device())
@@ -117,8 +118,13 @@ class MlxModel:
 
     def forward(self, tokens: Sequence[int] | mx.array, cache: list[Any], all_logits: bool = False) -> mx.array:
         ids = tokens if isinstance(tokens, mx.array) else mx.array(list(tokens))
+        ids = ids.reshape(1, -1)
         with mx.stream(self.stream):
-            logits = self.model(ids.reshape(1, -1), cache=cache)[0]
+            if not all_logits and ids.shape[1] > 1:  # as mlx-lm: fill the cache, skip the head's other rows
+                self.model(ids[:, :-1], cache=cache)
+                mx.eval([c.state for c in cache])
+                ids = ids[:, -1:]
+            logits = self.model(ids, cache=cache)[0]
         return logits.astype(mx.float32) if all_logits else logits[-1].astype(mx.float32)
 
     def trim(self, cache: list[Any], n: int) -> None:

@@ -16,6 +16,7 @@ Array = Any
 
 class ArrayOps(Protocol):
     name: str
+    overlap: bool  # the device runs behind the host (lazy or async): queue step t+1 before reading step t
 
     def f32(self, x: Any) -> Array: ...  # host or device values -> device float32
     def numpy(self, x: Array) -> np.ndarray: ...  # device -> host
@@ -47,6 +48,7 @@ class NumpyOps:
     """The reference executor: plain numpy on the host."""
 
     name = "numpy"
+    overlap = False
 
     def f32(self, x: Any) -> np.ndarray:
         return np.asarray(x, dtype=np.float32)

@@ -131,7 +131,8 @@ def generate(model: LoadedModel, request: Request, cancel: threading.Event) -> I
             break
         pending = start_sample(ops, logits, s, float(rng.random()), history=history, top_n=request.top_n,
                                record=request.record)
-        if step + 1 < last:  # queue the next forward before reading this step (wasted once, at a stop)
+        ahead = ops.overlap and step + 1 < last
+        if ahead:  # queue the next forward before reading this step (wasted once, at a stop)
             logits = model.forward(pending.token, cache)
             ops.start(logits)
         out = pending.result()
@@ -144,6 +145,8 @@ def generate(model: LoadedModel, request: Request, cancel: threading.Event) -> I
         if done or stopped:
             reason = "eos" if done else "stop"
             break
+        if not ahead and step + 1 < last:
+            logits = model.forward([token], cache)
     yield from _steps(model, request, run, hold.finish(decoder.flush()), cache)
     yield Finished(request.id, reason, clock.metrics(len(ids), model.cache_bytes(cache)), run)
 
