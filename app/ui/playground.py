@@ -6,6 +6,7 @@ few verbs here (generate, stop, load, select_step, preview). One run at a time; 
 
 from __future__ import annotations
 
+import gc
 import queue
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
@@ -18,6 +19,7 @@ from app.core.settings import SamplerSettings
 from app.core.trace import RunTrace, StepTrace
 
 FRAME_MS = 16
+FREEZE_EVERY = 1000  # steps
 MAX_EVENTS_PER_FRAME = 5000
 
 
@@ -133,7 +135,13 @@ class Playground(QObject):
     def _emit_steps(self, steps: list[Step]) -> None:
         if not steps:
             return
+        before = len(self.steps)
         self.steps.extend(s.trace for s in steps if s.trace is not None)
+        if len(self.steps) // FREEZE_EVERY > before // FREEZE_EVERY:
+            # The cyclic GC rescans every live trace object: the UI's cost per token grew from 34 to 52 µs
+            # between tokens 1,000 and 10,000. Traces hold no cycles (refcounting still frees them), so move
+            # what exists into the permanent generation and keep the per-token cost flat.
+            gc.freeze()
         self.steps_appended.emit(steps)
         self._kv_bytes = steps[-1].kv_bytes
         self._decode_s += sum(s.trace.seconds for s in steps if s.trace is not None and s.step > 0)
