@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import tempfile
 import threading
@@ -136,8 +137,12 @@ def main(argv: list[str]) -> int:
     if args.random:
         path = random_model(args.random, path, args.dtype or "float32")
     compile_len = args.prompt_tokens + args.tokens + 16 if args.compile else None
-    model = backend.load(path, LoadOptions(device=args.device, dtype=args.dtype, compile_len=compile_len))
-    result = bench(model, backend.name, args.prompt_tokens, args.tokens, args.repeat)
+    try:
+        model = backend.load(path, LoadOptions(device=args.device, dtype=args.dtype, compile_len=compile_len))
+        result = bench(model, backend.name, args.prompt_tokens, args.tokens, args.repeat)
+    finally:
+        if args.random:
+            shutil.rmtree(path, ignore_errors=True)  # hundreds of MB of random weights
     if args.json:
         print(json.dumps(result, indent=1))
     else:
