@@ -153,6 +153,13 @@ class Sample:
     kept: np.ndarray  # (stages, N) bool
     u: float
 
+    def cut_by(self, i: int) -> str | None:
+        """The first stage that cut top candidate i, or None if it was kept."""
+        for name, kept in zip(self.stage_names, self.kept[:, i], strict=True):
+            if not kept:
+                return name
+        return None
+
 
 def sample(
     ops: ArrayOps,

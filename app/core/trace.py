@@ -46,11 +46,7 @@ class StepTrace:
         return [math.exp(float(v) - s.raw_lse) for v in vals]
 
     def cut_by(self, i: int) -> str | None:
-        """The first stage that cut candidate i, or None if it was kept."""
-        for name, kept in zip(self.sample.stage_names, self.sample.kept[:, i], strict=True):
-            if not kept:
-                return name
-        return None
+        return self.sample.cut_by(i)
 
     def to_json(self) -> dict[str, Any]:
         s = self.sample

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QWidget
 
 from app.core.sampling import Sample
 from app.core.settings import SamplerSettings, StageOrder
+from app.ui.token_view import visible
 
 RAW = QColor(100, 149, 237)  # cornflower: what the model proposed
 FINAL = QColor(255, 140, 0)  # orange: what the sampler drew from
@@ -27,7 +28,7 @@ PEN = {True: pg.mkPen(DRAWN, width=2), False: pg.mkPen(None)}
 
 
 def _label(text: str) -> str:
-    t = text.replace("\n", "↵").replace("\t", "⇥").replace(" ", "·") or "∅"
+    t = visible(text)
     return t if len(t) <= MAX_LABEL else t[: MAX_LABEL - 1] + "…"
 
 
@@ -106,7 +107,7 @@ class StepChart(ThemedPlot):
         self.cumulative.setData(x, np.cumsum(self._as_filters_saw(s, settings, n)))
         self._thresholds(s, settings, raw)
         for i, label in enumerate(self.cut_labels):
-            stage = _first_cut(s, i) if i < n else None
+            stage = s.cut_by(i) if i < n else None
             text = f"cut by {stage}" if stage else ""
             if label.toPlainText() != text:
                 label.setText(text)
@@ -136,13 +137,6 @@ class StepChart(ThemedPlot):
         self.top_p_line.setValue(settings.top_p)
         self.min_p_line.setVisible(settings.min_p > 0)
         self.min_p_line.setValue(settings.min_p * (raw.max() if raw.size else 0))
-
-
-def _first_cut(s: Sample, i: int) -> str | None:
-    for name, kept in zip(s.stage_names, s.kept[:, i], strict=True):
-        if not kept:
-            return name
-    return None
 
 
 class TimelineChart(ThemedPlot):

@@ -32,7 +32,7 @@ from app.ui.panels import MetricsStrip, ModelCard
 from app.ui.playground import Playground
 from app.ui.prompt_editor import PromptEditor
 from app.ui.sampler_panel import SamplerPanel
-from app.ui.token_view import TokenView
+from app.ui.token_view import TokenView, visible
 
 MAX_RECENT = 10
 CHART_MS = 100  # charts redraw at most 10 times a second while streaming; the text at every frame
@@ -380,4 +380,4 @@ class MainWindow(QMainWindow):
 
 
 def _visible(text: str) -> str:
-    return html.escape(text.replace("\n", "↵").replace(" ", "·") or "∅")
+    return html.escape(visible(text))

@@ -55,9 +55,14 @@ def test_generate_streams_tokens_into_the_view_and_the_charts(qtbot, window):
     assert window.generate_button.isEnabled() and not window.stop_button.isEnabled()
 
 
+def endless(w: MainWindow) -> None:
+    """Start a run that only Stop can end (a random model may otherwise draw end-of-text at any step)."""
+    w.sampler.editors["max_tokens"].setValue(100_000)
+    assert w.playground.generate(replace(w.request(), ignore_eos=True))
+
+
 def test_stop_ends_the_run_and_the_window_can_run_again(qtbot, window):
-    window.sampler.editors["max_tokens"].setValue(100_000)
-    window.generate()
+    endless(window)
     assert window.stop_button.isEnabled() and not window.generate_button.isEnabled()
     qtbot.waitUntil(lambda: len(window.playground.steps) >= 5, timeout=RUN_TIMEOUT)
     with qtbot.waitSignal(window.playground.finished, timeout=RUN_TIMEOUT) as done:
@@ -71,8 +76,7 @@ def test_closing_mid_run_stops_the_worker_cleanly(qtbot, tiny_path, store):
     w = MainWindow(settings=store, spec=ModelSpec(str(tiny_path), "torch"))
     qtbot.addWidget(w)
     w.show()
-    w.sampler.editors["max_tokens"].setValue(100_000)
-    w.generate()
+    endless(w)
     qtbot.waitUntil(lambda: len(w.playground.steps) >= 3, timeout=RUN_TIMEOUT)
     w.close()
     assert w.playground.worker.stopped.is_set()
