@@ -77,13 +77,9 @@ class MlxOps:
         out[idx] = values
         return out
 
-    def logsumexp(self, x: mx.array) -> mx.array:
-        return mx.logsumexp(x)
-
     exp = staticmethod(mx.exp)
     log = staticmethod(mx.log)
     isfinite = staticmethod(mx.isfinite)
-    isnan = staticmethod(mx.isnan)
     max = staticmethod(mx.max)
     sum = staticmethod(mx.sum)
 
