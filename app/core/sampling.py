@@ -186,8 +186,7 @@ class PendingSample:
 
     ops: ArrayOps
     outputs: tuple
-    settings: SamplerSettings
-    vocab: int
+    stage_names: tuple[str, ...]
     u: float
 
     @property
@@ -206,7 +205,7 @@ class PendingSample:
         return Sample(
             token=token, prob=float(sc[1]), raw_logprob=float(sc[2]), rank=int(sc[3]),
             entropy=max(0.0, float(sc[4])), final_entropy=max(0.0, float(sc[5])),
-            stage_names=tuple(n for n, _ in make_stages(self.settings, self.vocab)),
+            stage_names=self.stage_names,
             kept_counts=counts.astype(np.int64), top_ids=ids.astype(np.int64), top_logits=vals.astype(np.float32),
             raw_lse=float(sc[6]), final_probs=final.astype(np.float32), kept=kept.astype(bool), u=self.u,
         )
@@ -225,26 +224,32 @@ def start_sample(
     """`sample`, without waiting for the device: the history is updated, the host transfer is deferred."""
     vocab = int(logits.shape[0])
     penalties = history is not None and settings.uses_penalties
-    pipeline = settings.with_(seed=None, max_tokens=1, stop=())  # what the device step depends on
-    step = _step_function(ops, pipeline, vocab, min(top_n, vocab), record, penalties)
+    step, names = _step_function(ops, _pipeline(settings), vocab, min(top_n, vocab), record, penalties)
     hist = (history.context, history.generated) if penalties else ()
     # -inf arithmetic is intended (masks); a step with no finite logit is caught in `result`.
     with np.errstate(all="ignore"):
         out = step(logits, ops.f32(u), *hist)
     if penalties:
         *out, history.context, history.generated = out
-    return PendingSample(ops, tuple(out), settings, vocab, u)
+    return PendingSample(ops, tuple(out), names, u)
+
+
+@lru_cache(maxsize=64)
+def _pipeline(settings: SamplerSettings) -> SamplerSettings:
+    """The settings the device step depends on (not seed, length or stop strings): one step function per run."""
+    return settings.with_(seed=None, max_tokens=1, stop=())
 
 
 @lru_cache(maxsize=64)
 def _step_function(ops: ArrayOps, settings: SamplerSettings, vocab: int, top_n: int, record: bool,
-                   penalties: bool) -> Callable[..., tuple]:
+                   penalties: bool) -> tuple[Callable[..., tuple], tuple[str, ...]]:
+    """The device step, compiled where the executor can, and the names of its stages (made once, not per step)."""
     stages = make_stages(settings, vocab)
 
     def step(logits: Array, u: Array, *hist: Array) -> tuple:
         return _device_step(ops, stages, settings, top_n, record, logits, u, *hist)
 
-    return ops.compile(step)
+    return ops.compile(step), tuple(name for name, _ in stages)
 
 
 def _device_step(ops, stages, s, top_n, record, logits, u, *hist) -> tuple:  # noqa: ANN001
