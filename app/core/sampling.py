@@ -236,8 +236,8 @@ def start_sample(
 
 @lru_cache(maxsize=64)
 def _pipeline(settings: SamplerSettings) -> SamplerSettings:
-    """The settings the device step depends on (not seed, length or stop strings): one step function per run."""
-    return settings.with_(seed=None, max_tokens=1, stop=())
+    """`settings.pipeline()`, cached: the step function's key, computed once per run rather than every step."""
+    return settings.pipeline()
 
 
 @lru_cache(maxsize=64)

@@ -94,6 +94,10 @@ class SamplerSettings:
     def with_(self, **changes: Any) -> SamplerSettings:
         return replace(self, **changes)
 
+    def pipeline(self) -> SamplerSettings:
+        """Only what shapes each step's distribution: seed, length and stop strings set aside."""
+        return replace(self, seed=None, max_tokens=1, stop=())
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["order"] = self.order.value

@@ -108,9 +108,8 @@ class Playground(QObject):
         if not self.steps or self.trace is None:
             return
         j = len(self.steps) - 1 if self.selected is None else self.selected
-        same = settings.with_(seed=self.trace.settings.seed, max_tokens=self.trace.settings.max_tokens,
-                              stop=self.trace.settings.stop)
-        sample: Sample | None = None if same == self.trace.settings else self.trace.resample(j, settings)
+        same = settings.pipeline() == self.trace.settings.pipeline()
+        sample: Sample | None = None if same else self.trace.resample(j, settings)
         self.preview_changed.emit(sample, self.steps[j])
 
     def drain(self) -> None:
