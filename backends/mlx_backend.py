@@ -50,8 +50,8 @@ class MlxOps:
 
         return on_stream
 
-    def start(self, x: mx.array) -> None:
-        mx.async_eval(x)
+    def start(self, arrays: list[mx.array]) -> None:
+        mx.async_eval(*arrays)
 
     def where(self, cond: mx.array, a: Any, b: Any) -> mx.array:
         return mx.where(cond, a, b)
@@ -62,11 +62,17 @@ class MlxOps:
     def count_cumsum(self, mask: mx.array) -> mx.array:
         return mx.cumsum(mask.astype(mx.int32))
 
-    def argsort_desc(self, x: mx.array) -> mx.array:
-        return mx.argsort(-x)
+    def sort_desc(self, x: mx.array) -> mx.array:
+        return mx.sort(x)[::-1]
+
+    def kth_largest(self, x: mx.array, k: int) -> mx.array:
+        return mx.min(mx.topk(x, k))  # a partition, not a sort: O(vocabulary)
 
     def topk(self, x: mx.array, k: int) -> tuple[mx.array, mx.array]:
-        idx = mx.argsort(-x)[: min(k, x.shape[0])]  # one stable sort: ties keep the lower id first
+        k = min(k, x.shape[0])
+        part = mx.argpartition(-x, k - 1)[:k] if k < x.shape[0] else mx.arange(x.shape[0])
+        idx = mx.sort(part)  # ids ascending, then a stable sort by value: ties keep the lower id first
+        idx = idx[mx.argsort(-x[idx])]
         return x[idx], idx
 
     def take(self, x: mx.array, idx: mx.array) -> mx.array:

@@ -22,11 +22,12 @@ class ArrayOps(Protocol):
     def numpy(self, x: Array) -> np.ndarray: ...  # device -> host
     def sync(self, arrays: list[Array]) -> None: ...  # evaluate lazily built arrays together
     def compile(self, fn: Any) -> Any: ...  # fn itself, or a compiled version (pure functions of arrays only)
-    def start(self, x: Array) -> None: ...  # begin computing x in the background, if the framework is lazy
+    def start(self, arrays: list[Array]) -> None: ...  # begin computing these in the background (lazy frameworks)
     def where(self, cond: Array, a: Array, b: Array | float) -> Array: ...
     def cumsum(self, x: Array) -> Array: ...
     def count_cumsum(self, mask: Array) -> Array: ...  # running count of True (int)
-    def argsort_desc(self, x: Array) -> Array: ...  # stable: ties keep the lower index first
+    def sort_desc(self, x: Array) -> Array: ...  # values, descending
+    def kth_largest(self, x: Array, k: int) -> Array: ...  # the k-th largest value (k >= 1), as a 0-d array
     def topk(self, x: Array, k: int) -> tuple[Array, Array]: ...  # (values, indices), descending
     def take(self, x: Array, idx: Array) -> Array: ...
     def scatter(self, x: Array, idx: Array, values: Array) -> Array: ...  # copy of x with x[idx] = values
@@ -60,7 +61,7 @@ class NumpyOps:
     def compile(self, fn: Any) -> Any:
         return fn
 
-    def start(self, x: np.ndarray) -> None:
+    def start(self, arrays: list[np.ndarray]) -> None:
         pass
 
     # ufuncs and their reductions directly: np.sum / np.max / np.stack wrappers cost more than the work itself
@@ -80,8 +81,11 @@ class NumpyOps:
     def count_cumsum(self, mask: np.ndarray) -> np.ndarray:
         return np.cumsum(mask, dtype=np.int64)
 
-    def argsort_desc(self, x: np.ndarray) -> np.ndarray:
-        return np.argsort(-x, kind="stable")
+    def sort_desc(self, x: np.ndarray) -> np.ndarray:
+        return -np.sort(-x)
+
+    def kth_largest(self, x: np.ndarray, k: int) -> np.ndarray:
+        return np.partition(x, x.shape[0] - k)[x.shape[0] - k]
 
     def topk(self, x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         k = min(k, x.shape[0])

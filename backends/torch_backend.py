@@ -43,7 +43,7 @@ class TorchOps:
     def compile(self, fn: Any) -> Any:
         return fn  # torch.compile's warm-up would cost more than a run saves
 
-    def start(self, x: torch.Tensor) -> None:
+    def start(self, arrays: list[torch.Tensor]) -> None:
         pass  # eager: on CUDA the kernels are already queued
 
     def where(self, cond: torch.Tensor, a: Any, b: Any) -> torch.Tensor:
@@ -55,8 +55,11 @@ class TorchOps:
     def count_cumsum(self, mask: torch.Tensor) -> torch.Tensor:
         return torch.cumsum(mask.to(torch.int64), 0)
 
-    def argsort_desc(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.sort(x, descending=True, stable=True).indices
+    def sort_desc(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sort(x, descending=True).values
+
+    def kth_largest(self, x: torch.Tensor, k: int) -> torch.Tensor:
+        return torch.topk(x, k).values[-1]
 
     def topk(self, x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         _, i = torch.topk(x, min(k, x.shape[0]))

@@ -133,8 +133,9 @@ def generate(model: LoadedModel, request: Request, cancel: threading.Event) -> I
                                record=request.record)
         ahead = ops.overlap and step + 1 < last
         if ahead:  # queue the next forward before reading this step (wasted once, at a stop)
-            logits = model.forward(pending.token, cache)
-            ops.start(logits)
+            ops.start(list(pending.outputs))  # this step's draw and record first, so reading them waits for
+            logits = model.forward(pending.token, cache)  # them only, not for the forward queued behind
+            ops.start([logits])
         out = pending.result()
         token = out.token if isinstance(out, Sample) else out
         seconds = clock.token()

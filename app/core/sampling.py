@@ -41,21 +41,25 @@ def apply_temperature(ops: ArrayOps, x: Array, t: float) -> Array:
 
 def apply_top_k(ops: ArrayOps, x: Array, k: int) -> Array:
     """Keep exactly k tokens (fewer only if fewer are finite); ties at the k-th value go to lower ids."""
-    values, _ = ops.topk(x, k)
-    kth = values[k - 1]
-    above, tied = x > kth, x == kth
-    room = k - ops.sum(above)
-    return ops.where(above | (tied & (ops.count_cumsum(tied) <= room)), x, NEG_INF)
+    return keep_first(ops, x, ops.max(x) if k == 1 else ops.kth_largest(x, k), k)
 
 
 def apply_top_p(ops: ArrayOps, x: Array, p: float) -> Array:
     """Keep the smallest prefix of the most likely tokens whose mass reaches p (at least one token)."""
-    order = ops.argsort_desc(x)
-    sorted_x = ops.take(x, order)
-    sorted_p = ops.take(Dist(ops, x).p, order)
+    sorted_x = ops.sort_desc(x)  # values only: the prefix is then cut by value, without an argsort + scatter
+    d = Dist(ops, x)
+    sorted_p = ops.exp(sorted_x - d.m) / d.z
     before = ops.cumsum(sorted_p) - sorted_p  # mass strictly before each position
-    keep_sorted = (before < max(p, 1e-30)) & ops.isfinite(sorted_x)
-    return ops.scatter(x, order, ops.where(keep_sorted, sorted_x, NEG_INF))
+    n = ops.sum((before < max(p, 1e-30)) & ops.isfinite(sorted_x))
+    return keep_first(ops, x, ops.take(sorted_x, ops.maximum(n - 1, 0)), n)
+
+
+def keep_first(ops: ArrayOps, x: Array, kth: Array, n: Array | int) -> Array:
+    """The first n tokens in descending order, ties broken by lower id, given the n-th value `kth`: all above
+    it, then as many of those equal to it as there is room for. O(vocabulary), no sort."""
+    above, tied = x > kth, x == kth
+    room = n - ops.sum(above)
+    return ops.where(above | (tied & (ops.count_cumsum(tied) <= room)), x, NEG_INF)
 
 
 def apply_min_p(ops: ArrayOps, x: Array, m: float) -> Array:
@@ -121,6 +125,7 @@ class Dist:
         e = ops.exp(self.xm)
         z = ops.sum(e)
         self.log_z = ops.log(z)
+        self.z = z
         self.p = e / z
 
     def logprob(self, idx: Array) -> Array:
