@@ -17,6 +17,7 @@ Array = Any
 class ArrayOps(Protocol):
     name: str
     overlap: bool  # the device runs behind the host (lazy or async): queue step t+1 before reading step t
+    host_record: bool  # make the trace's record on numpy: the device only draws (MLX on a CPU)
 
     def f32(self, x: Any) -> Array: ...  # host or device values -> device float32
     def numpy(self, x: Array) -> np.ndarray: ...  # device -> host
@@ -48,6 +49,7 @@ class NumpyOps:
 
     name = "numpy"
     overlap = False
+    host_record = False
 
     def f32(self, x: Any) -> np.ndarray:
         return np.asarray(x, dtype=np.float32)

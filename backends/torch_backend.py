@@ -30,6 +30,7 @@ class TorchOps:
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.overlap = device.type != "cpu"  # CUDA and MPS kernels run asynchronously
+        self.host_record = False  # on the CPU the whole sampler already runs on numpy
 
     def f32(self, x: Any) -> torch.Tensor:
         return torch.as_tensor(x, dtype=torch.float32, device=self.device)

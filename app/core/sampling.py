@@ -193,6 +193,7 @@ class PendingSample:
     outputs: tuple
     stage_names: tuple[str, ...]
     u: float
+    host_record: Callable[[np.ndarray], tuple] | None = None  # the record, made on numpy around the token
 
     @property
     def token(self) -> Array:  # (1,) int, on the device
@@ -204,6 +205,8 @@ class PendingSample:
         if not math.isfinite(float(host[1][-1])):
             raise NoValidTokenError("the model produced no finite logits (NaN or infinity): try float32")
         token = int(host[0][0])
+        if self.host_record is not None:
+            host = list(self.host_record(host[0]))
         if len(host) == 2:
             return token
         _, sc, counts, ids, vals, final, kept = host
@@ -226,17 +229,25 @@ def start_sample(
     top_n: int = 20,
     record: bool = True,
 ) -> PendingSample:
-    """`sample`, without waiting for the device: the history is updated, the host transfer is deferred."""
+    """`sample`, without waiting for the device: the history is updated, the host transfer is deferred.
+
+    Where the executor says `host_record` (MLX on a CPU), the device only draws and the record is made on
+    numpy from the same logits once the token is read: numpy's vector maths is many times faster there, and
+    the record's ~50 small ops would otherwise each queue behind the next forward.
+    """
     vocab = int(logits.shape[0])
+    top_n = min(top_n, vocab)
     penalties = history is not None and settings.uses_penalties
-    step, names = _step_function(ops, _pipeline(settings), vocab, min(top_n, vocab), record, penalties)
+    on_host = record and ops.host_record
+    step, names, stages = _step_function(ops, _pipeline(settings), vocab, top_n, record and not on_host, penalties)
     hist = (history.context, history.generated) if penalties else ()
     # -inf arithmetic is intended (masks); a step with no finite logit is caught in `result`.
     with np.errstate(all="ignore"):
         out = step(logits, ops.f32(u), *hist)
     if penalties:
         *out, history.context, history.generated = out
-    return PendingSample(ops, tuple(out), names, u)
+    later = partial(_host_record, ops, stages, settings, top_n, logits, hist) if on_host else None
+    return PendingSample(ops, tuple(out), names, u, later)
 
 
 @lru_cache(maxsize=64)
@@ -247,34 +258,52 @@ def _pipeline(settings: SamplerSettings) -> SamplerSettings:
 
 @lru_cache(maxsize=64)
 def _step_function(ops: ArrayOps, settings: SamplerSettings, vocab: int, top_n: int, record: bool,
-                   penalties: bool) -> tuple[Callable[..., tuple], tuple[str, ...]]:
-    """The device step, compiled where the executor can, and the names of its stages (made once, not per step)."""
+                   penalties: bool) -> tuple[Callable[..., tuple], tuple[str, ...], list[Stage]]:
+    """The device step, compiled where the executor can, the names of its stages and the stages (made once
+    per settings, not per step)."""
     stages = make_stages(settings, vocab)
 
     def step(logits: Array, u: Array, *hist: Array) -> tuple:
         return _device_step(ops, stages, settings, top_n, record, logits, u, *hist)
 
-    return ops.compile(step), tuple(name for name, _ in stages)
+    return ops.compile(step), tuple(name for name, _ in stages), stages
 
 
 def _device_step(ops, stages, s, top_n, record, logits, u, *hist) -> tuple:  # noqa: ANN001
     """Everything on the device and nothing on the host: pipeline, draw, history update, the record."""
+    raw, outs, final = _run_pipeline(ops, stages, s, logits, *hist)
+    cdf = ops.cumsum(final.p)
+    # u is capped one float32 step below 1 so that u * total < total survives rounding: the first index where
+    # the CDF passes u * total always exists and always has p > 0.
+    token = ops.minimum(ops.sum(cdf <= ops.minimum(u, U_MAX) * cdf[-1]), raw.shape[0] - 1)
+    tok = ops.stack([token])  # (1,)
+    bumped = tuple(bump(ops, h, tok) for h in hist)
+    if not record:
+        return (tok, ops.stack([final.lse]), *bumped)
+    return (*_record(ops, raw, outs, final, tok, top_n), *bumped)
+
+
+def _host_record(ops, stages, s, top_n, logits, hist, tok) -> tuple:  # noqa: ANN001
+    """`_device_step`'s record on numpy, around the token the device drew."""
+    host = [NUMPY.f32(ops.numpy(a)) for a in (logits, *hist)]
+    with np.errstate(all="ignore"):
+        raw, outs, final = _run_pipeline(NUMPY, stages, s, *host)
+        return _record(NUMPY, raw, outs, final, tok.astype(np.int64), top_n)
+
+
+def _run_pipeline(ops, stages, s, logits, *hist) -> tuple:  # noqa: ANN001
     raw = sanitize(ops, logits)
-    vocab = raw.shape[0]
     x = apply_penalties(ops, raw, s, *hist) if hist else raw
     outs = []
     for _, fn in stages:
         x = fn(ops, x)
         outs.append(x)
-    final = Dist(ops, x)
-    cdf = ops.cumsum(final.p)
-    # u is capped one float32 step below 1 so that u * total < total survives rounding: the first index where
-    # the CDF passes u * total always exists and always has p > 0.
-    token = ops.minimum(ops.sum(cdf <= ops.minimum(u, U_MAX) * cdf[-1]), vocab - 1)
-    tok = ops.stack([token])  # (1,)
-    bumped = tuple(bump(ops, h, tok) for h in hist)
-    if not record:
-        return (tok, ops.stack([final.lse]), *bumped)
+    return raw, outs, Dist(ops, x)
+
+
+def _record(ops, raw, outs, final, tok, top_n) -> tuple:  # noqa: ANN001
+    """What the trace keeps of one step: top candidates, what each stage kept, the drawn token's numbers."""
+    vocab = raw.shape[0]
     rd = Dist(ops, raw)
     top_vals, top_ids = ops.topk(raw, min(RECORD_K, vocab))
     ids_n = top_ids[:top_n]
@@ -286,7 +315,7 @@ def _device_step(ops, stages, s, top_n, record, logits, u, *hist) -> tuple:  # n
         ops.f32(tok[0]), ops.take(final.p, tok)[0], rd.logprob(tok)[0], ops.f32(rank),
         rd.entropy(), final.entropy(), rd.lse, final.lse,
     ])
-    return (tok, scalars, counts, top_ids, top_vals, ops.take(final.p, ids_n), kept, *bumped)
+    return (tok, scalars, counts, top_ids, top_vals, ops.take(final.p, ids_n), kept)
 
 
 def resample(

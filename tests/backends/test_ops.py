@@ -27,7 +27,10 @@ def executors():
     if installed("mlx"):
         from backends.mlx_backend import MlxOps
 
-        out.append(pytest.param(MlxOps(), id="mlx"))
+        out.append(pytest.param(MlxOps(), id="mlx"))  # on a CPU: draws on MLX, records on numpy
+        on_device = MlxOps()
+        on_device.host_record = False  # the whole step on MLX, as on an Apple GPU
+        out.append(pytest.param(on_device, id="mlx-device-record"))
     return out
 
 
