@@ -24,7 +24,7 @@ from app.core.models import resolve
 from app.core.settings import SamplerSettings
 from backends import get_backend
 from backends.base import LoadOptions
-from backends.baselines import BASELINE_NAMES, baseline, save_random_llama
+from backends.baselines import BASELINE_NAMES, baseline, read_bandwidth, save_random_llama, weight_bytes_read
 
 SETTINGS = {"greedy": SamplerSettings(temperature=0.0), "sampling": SamplerSettings(temperature=0.8, top_p=0.95)}
 MODES = ("trace", "no-trace", "baseline")
@@ -100,7 +100,19 @@ def bench(model: Any, backend: str, prompt_tokens: int, tokens: int, repeat: int
                                                    / med["baseline"]["prefill_tokens_per_s"])
         out["settings"][name] = med
     out["trace_bytes_per_token"] = trace_bytes_per_token(model, ids, tokens)
+    out.update(roofline(model, backend, prompt_tokens + tokens // 2))
+    for med in out["settings"].values():
+        for m in MODES:
+            med[m]["fraction_of_roofline"] = out["floor_s_per_token"] * med[m]["decode_tokens_per_s"]
     return out
+
+
+def roofline(model: Any, backend: str, context: int) -> dict[str, float]:
+    """The memory-bandwidth floor of one decode step: weights + the KV cache at mid-run, over read bandwidth."""
+    read = weight_bytes_read(backend, model) + model.info.kv_bytes_per_token * context
+    bandwidth = read_bandwidth(backend, model.info.device)
+    return {"bytes_read_per_token": read, "read_bandwidth_bytes_per_s": bandwidth,
+            "floor_s_per_token": read / bandwidth}
 
 
 def print_table(r: dict) -> None:
@@ -117,6 +129,12 @@ def print_table(r: dict) -> None:
             print(f"{name:9} {labels[m]:14} {x['prefill_tokens_per_s']:13.0f} {x['decode_tokens_per_s']:12.1f} "
                   f"{x['ttft_s'] * 1000:8.1f} {ratio:>12}")
     print(f"trace memory: {r['trace_bytes_per_token'] / 1024:.1f} KiB per generated token")
+    base = {name: med["baseline"]["fraction_of_roofline"] for name, med in r["settings"].items()}
+    ours = {name: med["trace"]["fraction_of_roofline"] for name, med in r["settings"].items()}
+    print(f"roofline: {r['bytes_read_per_token'] / 1e6:.1f} MB read per token (weights + KV at mid-run) at "
+          f"{r['read_bandwidth_bytes_per_s'] / 1e9:.1f} GB/s (a sum over 1 GiB) = "
+          f"{r['floor_s_per_token'] * 1000:.2f} ms per token at best; reached: "
+          + ", ".join(f"{n} (1) {ours[n]:.0%} (3) {base[n]:.0%}" for n in ours))
 
 
 def main(argv: list[str]) -> int:

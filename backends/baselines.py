@@ -85,6 +85,51 @@ def save_random_llama(out: Path, shape: dict[str, int], tokenizer_from: Path, dt
     return out
 
 
+def read_bandwidth(backend: str, device: str) -> float:
+    """Bytes per second a plain reduction over 1 GiB reads on this device: the roofline of a decode step,
+    which must read every weight once per token."""
+    n = 256 * 2**20  # float32 elements
+    if backend == "torch":
+        import torch
+
+        x = torch.ones(n, device=device)
+
+        def read() -> None:
+            x.sum().item()
+    else:
+        import mlx.core as mx
+
+        x = mx.ones((n,))
+        mx.eval(x)
+
+        def read() -> None:
+            mx.sum(x).item()
+
+    read()
+    best = float("inf")
+    for _ in range(5):
+        t = time.perf_counter()
+        read()
+        best = min(best, time.perf_counter() - t)
+    return n * 4 / best
+
+
+def weight_bytes_read(backend: str, model: Any) -> int:
+    """Bytes of weights one decode step reads: all of them, but only one row of an untied input embedding."""
+    if backend == "torch":
+        hf = model.model
+        embed, head = hf.get_input_embeddings().weight, hf.get_output_embeddings().weight
+        total = sum(p.numel() * p.element_size() for p in hf.parameters())
+        return total if embed is head else total - embed.numel() * embed.element_size()
+    from mlx.utils import tree_flatten
+
+    leaves = dict(tree_flatten(model.model.parameters()))
+    total = sum(v.nbytes for v in leaves.values())
+    untied = any(k.startswith("lm_head.") for k in leaves)
+    embed = sum(v.nbytes for k, v in leaves.items() if ".embed_tokens." in f".{k}")
+    return total - embed if untied else total
+
+
 def baseline(backend: str) -> Any:
     return {"torch": torch_generate, "mlx": mlx_generate}[backend]
 

@@ -106,7 +106,9 @@ class FastLlama:
         shape = (self.kv_heads, new, self.head_dim)
         for store in (cache.k, cache.v):
             for i in range(len(self.layers)):
-                buf = torch.empty(shape, device=self.embed.device, dtype=self.embed.dtype)
+                # zeros, not empty: the static step attends over the whole buffer, masked past `pos`, and a
+                # masked-out NaN left in uninitialized memory still poisons the sum (0 * NaN)
+                buf = torch.zeros(shape, device=self.embed.device, dtype=self.embed.dtype)
                 if store and i < len(store):
                     buf[:, : cache.pos] = store[i][:, : cache.pos]
                     store[i] = buf

@@ -1,0 +1,115 @@
+"""The sampler alone: milliseconds per step at real vocabulary sizes, ours against the frameworks' own samplers.
+
+Ours: `start_sample(...).result()`, the whole step including the host transfer, with the trace's record (1)
+and without it (2). Baseline (3), in the same run on the same logits: what the usual tools do per step,
+`mlx_lm`'s `make_sampler` after its `logsumexp` on MLX, transformers' logits warpers + softmax + multinomial
+(argmax when greedy) on torch's CPU, where our sampler runs on numpy.
+Vocabularies: the built-in model's 4,096, Llama-2's 32,000, Qwen2's 151,936.
+
+    python benchmarks/sampler.py [--backend mlx|torch] [--repeat 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from functools import partial
+
+import numpy as np
+
+from app.core.sampling import start_sample
+from app.core.settings import SamplerSettings
+from backends.ops import NUMPY
+
+VOCABS = (4096, 32_000, 151_936)
+SETTINGS = {"greedy": SamplerSettings(temperature=0.0), "top-k 40": SamplerSettings(temperature=0.8, top_k=40),
+            "top-p 0.95": SamplerSettings(temperature=0.8, top_p=0.95)}
+
+
+def per_call_ms(fn: Callable[[], object], repeat: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e3
+
+
+def mlx_setup(logits: np.ndarray) -> tuple[object, object, Callable[[SamplerSettings], Callable[[], object]]]:
+    import mlx.core as mx
+    from mlx_lm.sample_utils import make_sampler
+
+    from backends.mlx_backend import MlxOps
+
+    x = mx.array(logits)
+
+    def baseline(s: SamplerSettings) -> Callable[[], object]:
+        sampler = make_sampler(temp=s.temperature, top_p=s.top_p if s.top_p < 1 else 0.0, top_k=s.top_k)
+
+        def step() -> int:
+            logprobs = x - mx.logsumexp(x, keepdims=True)  # as mlx_lm.generate_step does every step
+            return sampler(logprobs[None]).item()
+
+        return step
+
+    return MlxOps(), x, baseline
+
+
+def torch_setup(logits: np.ndarray) -> tuple[object, object, Callable[[SamplerSettings], Callable[[], object]]]:
+    import torch
+    from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    x = torch.from_numpy(logits)
+    ids = torch.zeros((1, 1), dtype=torch.long)
+
+    def baseline(s: SamplerSettings) -> Callable[[], object]:
+        warpers = LogitsProcessorList()
+        if s.temperature:
+            warpers.append(TemperatureLogitsWarper(s.temperature))
+        if s.top_k:
+            warpers.append(TopKLogitsWarper(s.top_k))
+        if s.top_p < 1:
+            warpers.append(TopPLogitsWarper(s.top_p))
+
+        def step() -> int:  # what model.generate does with the last row of logits
+            if not s.temperature:
+                return int(torch.argmax(x))
+            scores = warpers(ids, x[None].clone())
+            return int(torch.multinomial(torch.softmax(scores, dim=-1), 1))
+
+        return step
+
+    return NUMPY, logits, baseline  # as TorchModel on a CPU: the sampler on numpy over the logits' memory
+
+
+def ours_step(ops: object, x: object, s: SamplerSettings, record: bool) -> object:
+    return start_sample(ops, x, s, 0.5, record=record).result()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--backend", choices=["mlx", "torch"], default="mlx")
+    p.add_argument("--repeat", type=int, default=30)
+    args = p.parse_args()
+    setup = mlx_setup if args.backend == "mlx" else torch_setup
+    base = "mlx_lm logsumexp + make_sampler" if args.backend == "mlx" else "transformers warpers + multinomial"
+    print(f"sampler step on {args.backend}, ms per step (median of {args.repeat}); baseline (3) = {base}")
+    print(f"{'vocabulary':>10} {'setting':11} {'(1) trace':>10} {'(2) no trace':>12} {'(3) baseline':>12} "
+          f"{'(1)/(3)':>8} {'(2)/(3)':>8}")
+    rng = np.random.default_rng(0)
+    for vocab in VOCABS:
+        logits = (rng.standard_normal(vocab) * 3).astype(np.float32)
+        ops, x, baseline = setup(logits)
+        for name, s in SETTINGS.items():
+            ours = [per_call_ms(partial(ours_step, ops, x, s, record), args.repeat) for record in (True, False)]
+            ref = per_call_ms(baseline(s), args.repeat)
+            print(f"{vocab:10,} {name:11} {ours[0]:10.3f} {ours[1]:12.3f} {ref:12.3f} "
+                  f"{ref / ours[0]:8.2f} {ref / ours[1]:8.2f}")
+    print("(1)/(3) and (2)/(3) are speed ratios: above 1, ours is faster.")
+
+
+if __name__ == "__main__":
+    main()
