@@ -24,7 +24,14 @@ from app.core.models import resolve
 from app.core.settings import SamplerSettings
 from backends import get_backend
 from backends.base import LoadOptions
-from backends.baselines import BASELINE_NAMES, baseline, read_bandwidth, save_random_llama, weight_bytes_read
+from backends.baselines import (
+    BASELINE_NAMES,
+    baseline,
+    plain_model,
+    read_bandwidth,
+    save_random_llama,
+    weight_bytes_read,
+)
 
 SETTINGS = {"greedy": SamplerSettings(temperature=0.0), "sampling": SamplerSettings(temperature=0.8, top_p=0.95)}
 MODES = ("trace", "no-trace", "baseline")
@@ -77,7 +84,8 @@ def trace_bytes_per_token(model: Any, ids: tuple[int, ...], n: int) -> float:
     return size / max(1, events[-1].metrics.generated_tokens)
 
 
-def bench(model: Any, backend: str, prompt_tokens: int, tokens: int, repeat: int) -> dict:
+def bench(model: Any, plain: Any, backend: str, prompt_tokens: int, tokens: int, repeat: int) -> dict:
+    """`plain`: the model as the baseline loads it (see `plain_model`)."""
     ids = make_prompt(model.tokenizer, prompt_tokens)
     compiled = getattr(getattr(model, "fast", None), "static_len", None) is not None
     out: dict[str, Any] = {"model": model.info.name, "backend": backend, "device": model.info.device,
@@ -87,11 +95,12 @@ def bench(model: Any, backend: str, prompt_tokens: int, tokens: int, repeat: int
                            "baseline": BASELINE_NAMES[backend], "settings": {}}
     for name, s in SETTINGS.items():
         for mode in MODES:  # warm-up, not counted
-            run_mode(mode, backend, model, ids, min(tokens, 16), s, 0)
+            run_mode(mode, backend, plain if mode == "baseline" else model, ids, min(tokens, 16), s, 0)
         runs: dict[str, list[dict]] = {m: [] for m in MODES}
         for r in range(repeat):
             for mode in MODES:
-                runs[mode].append(run_mode(mode, backend, model, ids, tokens, s, r + 1))
+                who = plain if mode == "baseline" else model
+                runs[mode].append(run_mode(mode, backend, who, ids, tokens, s, r + 1))
         med = {m: {k: statistics.median(x[k] for x in rs) for k in rs[0]} for m, rs in runs.items()}
         base = med["baseline"]["decode_tokens_per_s"]
         for m in ("trace", "no-trace"):
@@ -157,7 +166,8 @@ def main(argv: list[str]) -> int:
     compile_len = args.prompt_tokens + args.tokens + 16 if args.compile else None
     try:
         model = backend.load(path, LoadOptions(device=args.device, dtype=args.dtype, compile_len=compile_len))
-        result = bench(model, backend.name, args.prompt_tokens, args.tokens, args.repeat)
+        plain = plain_model(backend.name, path, model)
+        result = bench(model, plain, backend.name, args.prompt_tokens, args.tokens, args.repeat)
     finally:
         if args.random:
             shutil.rmtree(path, ignore_errors=True)  # hundreds of MB of random weights

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 
@@ -128,6 +129,17 @@ def weight_bytes_read(backend: str, model: Any) -> int:
     untied = any(k.startswith("lm_head.") for k in leaves)
     embed = sum(v.nbytes for k, v in leaves.items() if ".embed_tokens." in f".{k}")
     return total - embed if untied else total
+
+
+def plain_model(backend: str, path: Path, ours: Any) -> Any:
+    """The model as the baseline's user would load it. On torch a second, untouched copy straight from
+    `from_pretrained` (ours re-lays the weights out for its own forward); on MLX ours as is."""
+    if backend != "torch":
+        return ours
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(str(path), dtype=ours.model.dtype).to(ours.device).eval()
+    return SimpleNamespace(model=hf, device=ours.device, tokenizer=ours.tokenizer)
 
 
 def baseline(backend: str) -> Any:

@@ -5,6 +5,11 @@ mask building, `torch.cat` into a growing cache). Here: one preallocated KV buff
 doubling, RoPE tables taken from the model's own rotary module (so every RoPE variant it supports is right),
 SDPA with grouped KV heads, and nothing else. Used only for plain decoder configs (`supports`); everything
 else runs through transformers. Tested for logit parity against the transformers forward.
+
+Weights are stored input-major, (in, out), and multiplied as `x @ w`: on a CPU a decode step is one
+matrix-vector product per weight, and BLAS reads this layout ~1.35x faster than `F.linear`'s (out, in)
+(0.1B model's matrices: 17.4 vs 23.6 ms). The transformers modules are re-pointed at views of the same
+storage, so the weights exist once; on a GPU the layout is left as is (a transposed view, no copy).
 """
 
 from __future__ import annotations
@@ -26,16 +31,14 @@ def supports(model: Any) -> bool:
             and hasattr(model.model, "rotary_emb"))
 
 
-@dataclass
-class Layer:
-    ln1: torch.Tensor
-    ln2: torch.Tensor
-    qkv: torch.Tensor  # (q + 2 kv) × hidden, fused
-    qkv_bias: torch.Tensor | None
-    o: torch.Tensor
-    o_bias: torch.Tensor | None
-    gate_up: torch.Tensor  # 2 intermediate × hidden, fused
-    down: torch.Tensor
+class Weights(torch.nn.Module):
+    """Tensors as frozen parameters of a module: compiled through a module, torch.compile's freezing turns
+    them into constants (prepacked GEMMs on a CPU), which tensors reached through a plain object never get."""
+
+    def __init__(self, **tensors: torch.Tensor | torch.nn.Module | None) -> None:
+        super().__init__()
+        for name, t in tensors.items():
+            setattr(self, name, torch.nn.Parameter(t, requires_grad=False) if isinstance(t, torch.Tensor) else t)
 
 
 @dataclass
@@ -61,32 +64,51 @@ class FastLlama:
         self.head_dim = getattr(c, "head_dim", None) or c.hidden_size // self.heads
         self.max_len = c.max_position_embeddings
         m = hf.model
-        self.embed = m.embed_tokens.weight
-        self.norm = m.norm.weight
-        self.lm_head = hf.lm_head.weight
+        self.copy = m.embed_tokens.weight.device.type == "cpu"  # lay the weights out input-major (a copy)
+        tied = hf.lm_head.weight is m.embed_tokens.weight
+        lm_head = self._fuse([hf.lm_head])
+        if tied:
+            m.embed_tokens.weight = hf.lm_head.weight  # still one tensor, now a view of the new layout
+        embed = m.embed_tokens.weight
         self.scaling = m.layers[0].self_attn.scaling
-        self.layers = [self._layer(layer) for layer in m.layers]
-        self.cos, self.sin = self._rope_tables(m, self.embed.device, self.embed.dtype)
+        cos, sin = self._rope_tables(m, embed.device, embed.dtype)
+        layers = torch.nn.ModuleList(self._layer(layer) for layer in m.layers)
+        self.w = Weights(embed=embed, norm=m.norm.weight, lm_head=lm_head, cos=cos, sin=sin, layers=layers)
+        self.device, self.dtype = embed.device, embed.dtype
         self.static_len = min(compile_len, self.max_len) if compile_len else None
         self._compiled = None
         if self.static_len:
             import torch._inductor.config as inductor
+            from torch._inductor import select_algorithm
 
-            inductor.freezing = True  # weights become constants: prepacked CPU matmuls (25.2 vs 27.8 ms/token)
-            mode = "reduce-overhead" if self.embed.device.type == "cuda" else None
-            self._compiled = torch.compile(self._decode_static, mode=mode, fullgraph=True, dynamic=False)
+            # Weights become constants; on a CPU max-autotune then picks its own micro-GEMM for the one-row
+            # products (43 vs 20 GB/s read, measured on the 0.1B's matrices). On a GPU: CUDA graphs.
+            inductor.freezing = True
+            select_algorithm.PRINT_AUTOTUNE = False  # its table goes to stderr, over the user's output
+            mode = "reduce-overhead" if self.device.type == "cuda" else "max-autotune"
+            self._compiled = torch.compile(StaticStep(self), mode=mode, fullgraph=True, dynamic=False)
 
-    @staticmethod
-    def _layer(layer: Any) -> Layer:
+    def _layer(self, layer: Any) -> Weights:
         a, mlp = layer.self_attn, layer.mlp
         biases = [p.bias for p in (a.q_proj, a.k_proj, a.v_proj)]
         qkv_bias = torch.cat(biases) if all(b is not None for b in biases) else None
-        return Layer(
+        return Weights(
             ln1=layer.input_layernorm.weight, ln2=layer.post_attention_layernorm.weight,
-            qkv=torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]), qkv_bias=qkv_bias,
-            o=a.o_proj.weight, o_bias=a.o_proj.bias,
-            gate_up=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]), down=mlp.down_proj.weight,
+            qkv=self._fuse([a.q_proj, a.k_proj, a.v_proj]), qkv_bias=qkv_bias,
+            o=self._fuse([a.o_proj]), o_bias=a.o_proj.bias,
+            gate_up=self._fuse([mlp.gate_proj, mlp.up_proj]), down=self._fuse([mlp.down_proj]),
         )
+
+    def _fuse(self, linears: list[Any]) -> torch.Tensor:
+        """The linears' weights side by side as one (in, out) matrix; each linear then holds a view of it."""
+        w = torch.cat([m.weight for m in linears]) if len(linears) > 1 else linears[0].weight
+        fused = w.detach().t().contiguous() if self.copy else w.detach().t()
+        start = 0
+        for m in linears:
+            n = m.weight.shape[0]
+            m.weight = torch.nn.Parameter(fused[:, start : start + n].t(), requires_grad=False)
+            start += n
+        return fused
 
     def _rope_tables(self, m: Any, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """cos/sin for every position, from the model's own rotary module (scaling variants included)."""
@@ -105,10 +127,10 @@ class FastLlama:
         new = min(self.max_len, max(need, 2 * cap, 256, self.static_len or 0))
         shape = (self.kv_heads, new, self.head_dim)
         for store in (cache.k, cache.v):
-            for i in range(len(self.layers)):
+            for i in range(len(self.w.layers)):
                 # zeros, not empty: the static step attends over the whole buffer, masked past `pos`, and a
                 # masked-out NaN left in uninitialized memory still poisons the sum (0 * NaN)
-                buf = torch.zeros(shape, device=self.embed.device, dtype=self.embed.dtype)
+                buf = torch.zeros(shape, device=self.device, dtype=self.dtype)
                 if store and i < len(store):
                     buf[:, : cache.pos] = store[i][:, : cache.pos]
                     store[i] = buf
@@ -117,7 +139,7 @@ class FastLlama:
 
     @torch.inference_mode()
     def forward(self, tokens: Sequence[int] | torch.Tensor, cache: FastCache, all_logits: bool = False) -> Any:
-        ids = torch.as_tensor(tokens, dtype=torch.long, device=self.embed.device).reshape(-1)
+        ids = torch.as_tensor(tokens, dtype=torch.long, device=self.device).reshape(-1)
         t, p = ids.shape[0], cache.pos
         if p + t > self.max_len:
             raise ValueError(f"the context holds {self.max_len} tokens")
@@ -125,59 +147,76 @@ class FastLlama:
         if self._compiled is not None and t == 1 and not all_logits and cache.k[0].shape[1] == self.static_len:
             cache.pos = p + 1
             return self._compiled(ids, torch.tensor(p, device=ids.device), cache.k, cache.v)
-        x = F.embedding(ids, self.embed)  # (t, hidden)
-        cos, sin = self.cos[p : p + t], self.sin[p : p + t]
+        w = self.w
+        x = F.embedding(ids, w.embed)  # (t, hidden)
+        cos, sin = w.cos[p : p + t], w.sin[p : p + t]
         mask = None
         if t > 1:  # prefill: causal over the new tokens, everything before them visible
             mask = torch.ones(t, p + t, dtype=torch.bool, device=x.device).tril(p)
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(w.layers):
             q, k, v = self._qkv(layer, F.rms_norm(x, (x.shape[-1],), layer.ln1, self.eps), cos, sin)
             cache.k[i][:, p : p + t] = k
             cache.v[i][:, p : p + t] = v
             x = x + self._attend(layer, q, cache.k[i][:, : p + t], cache.v[i][:, : p + t], mask)
             x = x + self._mlp(layer, x)
         cache.pos = p + t
-        x = F.rms_norm(x if all_logits else x[-1:], (x.shape[-1],), self.norm, self.eps)
-        logits = F.linear(x, self.lm_head).float()
+        x = F.rms_norm(x if all_logits else x[-1:], (x.shape[-1],), w.norm, self.eps)
+        logits = (x @ w.lm_head).float()
         return logits if all_logits else logits[0]
 
-    def _decode_static(self, ids: torch.Tensor, pos: torch.Tensor, ks: list[torch.Tensor],
-                       vs: list[torch.Tensor]) -> torch.Tensor:
+    def decode_static(self, w: Weights, ids: torch.Tensor, pos: torch.Tensor, ks: list[torch.Tensor],
+                      vs: list[torch.Tensor]) -> torch.Tensor:
         """One decode step over fixed-size KV buffers (masked past `pos`): fixed shapes, so it compiles once."""
-        x = F.embedding(ids, self.embed)
-        cos, sin = self.cos.index_select(0, pos[None]), self.sin.index_select(0, pos[None])
+        x = F.embedding(ids, w.embed)
+        cos, sin = w.cos.index_select(0, pos[None]), w.sin.index_select(0, pos[None])
         mask = (torch.arange(ks[0].shape[1], device=ids.device) <= pos)[None]
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(w.layers):
             q, k, v = self._qkv(layer, F.rms_norm(x, (x.shape[-1],), layer.ln1, self.eps), cos, sin)
             ks[i].index_copy_(1, pos[None], k)
             vs[i].index_copy_(1, pos[None], v)
             x = x + self._attend(layer, q, ks[i], vs[i], mask)
             x = x + self._mlp(layer, x)
-        return F.linear(F.rms_norm(x, (x.shape[-1],), self.norm, self.eps), self.lm_head).float()[0]
+        return (F.rms_norm(x, (x.shape[-1],), w.norm, self.eps) @ w.lm_head).float()[0]
 
-    def _qkv(self, layer: Layer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def _qkv(self, layer: Weights, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, ...]:
         t, hd, nq, nkv = h.shape[0], self.head_dim, self.heads, self.kv_heads
-        q, k, v = F.linear(h, layer.qkv, layer.qkv_bias).split([nq * hd, nkv * hd, nkv * hd], dim=-1)
+        q, k, v = _mm(h, layer.qkv, layer.qkv_bias).split([nq * hd, nkv * hd, nkv * hd], dim=-1)
         q = _rope(q.view(t, nq, hd).transpose(0, 1), cos, sin)  # (heads, t, head_dim)
         k = _rope(k.view(t, nkv, hd).transpose(0, 1), cos, sin)
         return q, k, v.view(t, nkv, hd).transpose(0, 1)
 
-    def _attend(self, layer: Layer, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+    def _attend(self, layer: Weights, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                 mask: torch.Tensor | None) -> torch.Tensor:
         out = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask,
                                              scale=self.scaling, enable_gqa=self.heads != self.kv_heads)
         t = q.shape[1]
-        return F.linear(out[0].transpose(0, 1).reshape(t, self.heads * self.head_dim), layer.o, layer.o_bias)
+        return _mm(out[0].transpose(0, 1).reshape(t, self.heads * self.head_dim), layer.o, layer.o_bias)
 
-    def _mlp(self, layer: Layer, x: torch.Tensor) -> torch.Tensor:
-        gate, up = F.linear(F.rms_norm(x, (x.shape[-1],), layer.ln2, self.eps), layer.gate_up).chunk(2, dim=-1)
-        return F.linear(F.silu(gate) * up, layer.down)
+    def _mlp(self, layer: Weights, x: torch.Tensor) -> torch.Tensor:
+        gate, up = (F.rms_norm(x, (x.shape[-1],), layer.ln2, self.eps) @ layer.gate_up).chunk(2, dim=-1)
+        return (F.silu(gate) * up) @ layer.down
 
     def trim(self, cache: FastCache, n: int) -> None:
         cache.pos = max(0, cache.pos - n)
 
     def cache_bytes(self, cache: FastCache) -> int:
         return sum(b.numel() * b.element_size() for b in (*cache.k, *cache.v))
+
+
+class StaticStep(torch.nn.Module):
+    """`FastLlama.decode_static` as a module that owns the weights, for torch.compile (see `Weights`)."""
+
+    def __init__(self, fast: FastLlama) -> None:
+        super().__init__()
+        self.w, self.fast = fast.w, fast
+
+    def forward(self, ids: torch.Tensor, pos: torch.Tensor, ks: list[torch.Tensor],
+                vs: list[torch.Tensor]) -> torch.Tensor:
+        return self.fast.decode_static(self.w, ids, pos, ks, vs)
+
+
+def _mm(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return x @ w if bias is None else torch.addmm(bias, x, w)
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -136,3 +136,16 @@ def test_the_opt_in_compiled_static_cache_gives_the_same_tokens(tiny_path, torch
     assert [x.token_id for x in got] == [x.token_id for x in want]
     long, _ = run(compiled, s.with_(max_tokens=70))  # past the static length: grows and falls back to eager
     assert len(long) == 70 or long[-1].token_id in compiled.tokenizer.eos_ids
+
+
+def test_the_lean_forward_keeps_the_weights_once(torch_model):
+    """It re-lays the weights out for the CPU's matrix-vector products; transformers' modules then hold views of
+    the new storage, so a laptop does not hold the model twice."""
+    hf, fast = torch_model.model, torch_model.fast
+    logical = sum(p.numel() * p.element_size() for p in hf.parameters())
+    storages = {}
+    for name, p in [*hf.named_parameters(), *fast.w.named_parameters()]:
+        if name not in ("cos", "sin") and not name.endswith("qkv_bias"):  # derived tables, small
+            storages[p.untyped_storage().data_ptr()] = p.untyped_storage().nbytes()
+    assert sum(storages.values()) == logical
+    assert not fast.w.layers[0].qkv.t().is_contiguous()  # input-major on the CPU: (in, out) rows

@@ -95,3 +95,20 @@ def test_the_window_without_a_display_says_so(tmp_path: Path):
     env = {k: v for k, v in ENV.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
     r = logitlab("--model", "/nowhere", env=env)
     assert r.returncode == 1 and "no display" in r.stderr
+
+
+@pytest.mark.parametrize("backend", ["torch", "mlx"])
+def test_bench_reports_ratios_against_the_baseline_of_the_same_run(tiny_path: Path, backend: str):
+    r = logitlab("bench", "--model", str(tiny_path), "--backend", backend, "--prompt-tokens", "8", "--tokens", "6",
+                 "--repeat", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["baseline"] == {"torch": "transformers model.generate", "mlx": "mlx_lm.stream_generate"}[backend]
+    for med in out["settings"].values():
+        base = med["baseline"]
+        assert base["tokens"] == 6 and base["decode_tokens_per_s"] > 0
+        for mode in ("trace", "no-trace"):
+            assert med[mode]["tokens"] == 6
+            assert med[mode]["ratio_decode_vs_baseline"] == pytest.approx(
+                med[mode]["decode_tokens_per_s"] / base["decode_tokens_per_s"])
+    assert out["trace_bytes_per_token"] > 0 and out["bytes_read_per_token"] > 0 and out["floor_s_per_token"] > 0
