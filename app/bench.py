@@ -141,7 +141,7 @@ def print_table(r: dict) -> None:
     base = {name: med["baseline"]["fraction_of_roofline"] for name, med in r["settings"].items()}
     ours = {name: med["trace"]["fraction_of_roofline"] for name, med in r["settings"].items()}
     print(f"roofline: {r['bytes_read_per_token'] / 1e6:.1f} MB read per token (weights + KV at mid-run) at "
-          f"{r['read_bandwidth_bytes_per_s'] / 1e9:.1f} GB/s (a sum over 1 GiB) = "
+          f"{r['read_bandwidth_bytes_per_s'] / 1e9:.1f} GB/s ({r['backend']} summing 1 GiB on this device) = "
           f"{r['floor_s_per_token'] * 1000:.2f} ms per token at best; reached: "
           + ", ".join(f"{n} (1) {ours[n]:.0%} (3) {base[n]:.0%}" for n in ours))
 
