@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from app.core.settings import FIELDS, SamplerSettings, SettingsError, StageOrder
 
 COMMANDS = ("generate", "bench", "models")
+COMPILE_LEN = 1024  # the static cache's length: every compiled step attends over all of it (masked)
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -24,6 +25,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quantize", type=int, choices=[4, 8], help="MLX: quantize the weights on load")
     p.add_argument("--trust-remote-code", action="store_true", help="allow code from the model's repository")
     p.add_argument("--allow-pickle", action="store_true", help="allow non-safetensors weights (weights_only)")
+    p.add_argument("--compile", action="store_true", help=f"torch, Llama-family: a static KV cache of {COMPILE_LEN:,} "
+                   "positions and a torch.compile'd decode step (~2x decode on a CPU; the first run compiles, "
+                   "which takes tens of seconds; longer runs go on uncompiled)")
 
 
 def add_sampler_args(p: argparse.ArgumentParser) -> None:
@@ -48,7 +52,8 @@ def spec_from(args: argparse.Namespace):  # noqa: ANN201 - ModelSpec, imported l
     from backends.base import LoadOptions
 
     opts = LoadOptions(device=args.device, dtype=args.dtype, quantize_bits=args.quantize,
-                       trust_remote_code=args.trust_remote_code, allow_pickle=args.allow_pickle)
+                       trust_remote_code=args.trust_remote_code, allow_pickle=args.allow_pickle,
+                       compile_len=COMPILE_LEN if args.compile else None)
     return ModelSpec(source=args.model, backend=args.backend, options=opts)
 
 

@@ -112,3 +112,14 @@ def test_bench_reports_ratios_against_the_baseline_of_the_same_run(tiny_path: Pa
             assert med[mode]["ratio_decode_vs_baseline"] == pytest.approx(
                 med[mode]["decode_tokens_per_s"] / base["decode_tokens_per_s"])
     assert out["trace_bytes_per_token"] > 0 and out["bytes_read_per_token"] > 0 and out["floor_s_per_token"] > 0
+
+
+
+def test_compile_asks_the_loader_for_a_static_cache():
+    """`--compile` reaches the loader; the compiled path itself is tested on a real model in tests/backends
+    (a compile through the CLI's 1,024-position cache costs ~50 s here)."""
+    from app.cli import COMPILE_LEN, generate_parser, spec_from
+
+    on = spec_from(generate_parser().parse_args(["--compile"]))
+    off = spec_from(generate_parser().parse_args([]))
+    assert on.options.compile_len == COMPILE_LEN and off.options.compile_len is None
