@@ -47,8 +47,8 @@ def apply_top_k(ops: ArrayOps, x: Array, k: int) -> Array:
 def apply_top_p(ops: ArrayOps, x: Array, p: float) -> Array:
     """Keep the smallest prefix of the most likely tokens whose mass reaches p (at least one token)."""
     sorted_x = ops.sort_desc(x)  # values only: the prefix is then cut by value, without an argsort + scatter
-    d = Dist(ops, x)
-    sorted_p = ops.exp(sorted_x - d.m) / d.z
+    e = ops.exp(sorted_x - sorted_x[0])  # the first is the largest
+    sorted_p = e / ops.sum(e)
     before = ops.cumsum(sorted_p) - sorted_p  # mass strictly before each position
     n = ops.sum((before < max(p, 1e-30)) & ops.isfinite(sorted_x))
     return keep_first(ops, x, ops.take(sorted_x, ops.maximum(n - 1, 0)), n)
@@ -125,7 +125,6 @@ class Dist:
         e = ops.exp(self.xm)
         z = ops.sum(e)
         self.log_z = ops.log(z)
-        self.z = z
         self.p = e / z
 
     def logprob(self, idx: Array) -> Array:
