@@ -64,7 +64,7 @@ class FastLlama:
         self.head_dim = getattr(c, "head_dim", None) or c.hidden_size // self.heads
         self.max_len = c.max_position_embeddings
         m = hf.model
-        self.copy = m.embed_tokens.weight.device.type == "cpu"  # lay the weights out input-major (a copy)
+        self.input_major = m.embed_tokens.weight.device.type == "cpu"  # re-lay the weights out (a copy)
         tied = hf.lm_head.weight is m.embed_tokens.weight
         lm_head = self._fuse([hf.lm_head])
         if tied:
@@ -102,7 +102,7 @@ class FastLlama:
     def _fuse(self, linears: list[Any]) -> torch.Tensor:
         """The linears' weights side by side as one (in, out) matrix; each linear then holds a view of it."""
         w = torch.cat([m.weight for m in linears]) if len(linears) > 1 else linears[0].weight
-        fused = w.detach().t().contiguous() if self.copy else w.detach().t()
+        fused = w.detach().t().contiguous() if self.input_major else w.detach().t()
         start = 0
         for m in linears:
             n = m.weight.shape[0]
