@@ -93,14 +93,14 @@ def bench(model: Any, plain: Any, backend: str, prompt_tokens: int, tokens: int,
                            "dtype": model.info.dtype, "parameters": model.info.parameters,
                            "prompt_tokens": prompt_tokens, "tokens": tokens, "repeat": repeat,
                            "baseline": BASELINE_NAMES[backend], "settings": {}}
+    subject = {m: plain if m == "baseline" else model for m in MODES}
     for name, s in SETTINGS.items():
         for mode in MODES:  # warm-up, not counted
-            run_mode(mode, backend, plain if mode == "baseline" else model, ids, min(tokens, 16), s, 0)
+            run_mode(mode, backend, subject[mode], ids, min(tokens, 16), s, 0)
         runs: dict[str, list[dict]] = {m: [] for m in MODES}
         for r in range(repeat):
             for mode in MODES:
-                who = plain if mode == "baseline" else model
-                runs[mode].append(run_mode(mode, backend, who, ids, tokens, s, r + 1))
+                runs[mode].append(run_mode(mode, backend, subject[mode], ids, tokens, s, r + 1))
         med = {m: {k: statistics.median(x[k] for x in rs) for k in rs[0]} for m, rs in runs.items()}
         base = med["baseline"]["decode_tokens_per_s"]
         for m in ("trace", "no-trace"):
