@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from app.core.events import Finished, Request
-from app.core.generation import generate
+from app.core.generation import Prefix, generate
 from app.core.models import resolve
 from app.core.settings import SamplerSettings
 from backends import get_backend
@@ -84,6 +84,34 @@ def trace_bytes_per_token(model: Any, ids: tuple[int, ...], n: int) -> float:
     return size / max(1, events[-1].metrics.generated_tokens)
 
 
+def prefix_reuse(model: Any, prompt_tokens: int = 1000, repeat: int = 3) -> dict[str, float]:
+    """TTFT of a first run on a `prompt_tokens` prompt against a re-run of the same prompt, which keeps the
+    first run's KV cache and prefills only the last token (medians)."""
+    ids = make_prompt(model.tokenizer, min(prompt_tokens, (model.info.context_length or 4096) - 8))
+    req = Request(prompt_ids=ids, settings=SamplerSettings(temperature=0, max_tokens=1, seed=0), ignore_eos=True)
+    first, again = [], []
+    for _ in range(repeat):
+        prefix = Prefix()
+        for out in (first, again):
+            fin = [e for e in generate(model, req, threading.Event(), prefix) if isinstance(e, Finished)][-1]
+            out.append(fin.metrics.ttft_s)
+    return {"prompt_tokens": len(ids), "ttft_first_s": statistics.median(first),
+            "ttft_rerun_s": statistics.median(again)}
+
+
+def batched(model: Any, ids: tuple[int, ...], tokens: int, n: int = 8, repeat: int = 3) -> dict[str, float]:
+    """Decode tokens/s summed over n samples of one prompt in one batch, against one sample (with the trace)."""
+    rates: dict[int, list[float]] = {1: [], n: []}
+    s = SETTINGS["sampling"]
+    for r in range(repeat + 1):  # the first of each is a warm-up
+        for k in rates:
+            req = Request(prompt_ids=ids, settings=s.with_(max_tokens=tokens, seed=r), ignore_eos=True, n=k)
+            fins = [e for e in generate(model, req, threading.Event()) if isinstance(e, Finished)]
+            if r:
+                rates[k].append(sum(f.metrics.decode_tokens_per_s for f in fins))
+    return {"n": n, "tokens_per_s_1": statistics.median(rates[1]), "tokens_per_s_n": statistics.median(rates[n])}
+
+
 def bench(model: Any, plain: Any, backend: str, prompt_tokens: int, tokens: int, repeat: int) -> dict:
     """`plain`: the model as the baseline loads it (see `plain_model`)."""
     ids = make_prompt(model.tokenizer, prompt_tokens)
@@ -109,6 +137,8 @@ def bench(model: Any, plain: Any, backend: str, prompt_tokens: int, tokens: int,
                                                    / med["baseline"]["prefill_tokens_per_s"])
         out["settings"][name] = med
     out["trace_bytes_per_token"] = trace_bytes_per_token(model, ids, tokens)
+    out["prefix_reuse"] = prefix_reuse(model)
+    out["batched"] = batched(model, ids, tokens, repeat=repeat)
     out.update(roofline(model, backend, prompt_tokens + tokens // 2))
     for med in out["settings"].values():
         for m in MODES:
@@ -137,7 +167,13 @@ def print_table(r: dict) -> None:
             ratio = f"{x['ratio_decode_vs_baseline']:.3f}" if "ratio_decode_vs_baseline" in x else ""
             print(f"{name:9} {labels[m]:14} {x['prefill_tokens_per_s']:13.0f} {x['decode_tokens_per_s']:12.1f} "
                   f"{x['ttft_s'] * 1000:8.1f} {ratio:>12}")
-    print(f"trace memory: {r['trace_bytes_per_token'] / 1024:.1f} KiB per generated token")
+    print(f"trace memory: {r['trace_bytes_per_token'] / 1024:.2f} KiB per generated token")
+    pr = r["prefix_reuse"]
+    print(f"prefix reuse: TTFT on a {pr['prompt_tokens']}-token prompt {pr['ttft_first_s'] * 1000:.1f} ms, re-run of "
+          f"the same prompt {pr['ttft_rerun_s'] * 1000:.1f} ms ({pr['ttft_first_s'] / pr['ttft_rerun_s']:.1f}x faster)")
+    b = r["batched"]
+    print(f"batched: {b['n']} samples of one prompt decode {b['tokens_per_s_n']:.0f} tok/s in all, one sample "
+          f"{b['tokens_per_s_1']:.0f} tok/s ({b['tokens_per_s_n'] / b['tokens_per_s_1']:.2f}x)")
     base = {name: med["baseline"]["fraction_of_roofline"] for name, med in r["settings"].items()}
     ours = {name: med["trace"]["fraction_of_roofline"] for name, med in r["settings"].items()}
     print(f"roofline: {r['bytes_read_per_token'] / 1e6:.1f} MB read per token (weights + KV at mid-run) at "

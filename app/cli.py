@@ -10,10 +10,12 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from app.core.settings import FIELDS, SamplerSettings, SettingsError, StageOrder
 
 COMMANDS = ("generate", "bench", "models")
+MAX_SAMPLES = 64
 COMPILE_LEN = 1024  # the static cache's length: every compiled step attends over all of it (masked)
 
 
@@ -66,7 +68,10 @@ def generate_parser() -> argparse.ArgumentParser:
     p.add_argument("--chat", action="store_true", help="send the prompt as a user message (chat template)")
     p.add_argument("--system", help="system message in chat mode")
     add_sampler_args(p)
-    p.add_argument("--trace", help="write the per-step trace as JSON Lines to this file")
+    p.add_argument("--n", type=int, default=1, help="samples of the prompt, decoded together in one batch from one "
+                   "prefill; sample i draws with seed + i (default 1)")
+    p.add_argument("--trace", help="save the run's trace to this file (JSON Lines; `logitlab --open FILE` shows it); "
+                   "with --n, one file per sample: NAME.0.jsonl, NAME.1.jsonl, ...")
     p.add_argument("--json", action="store_true", help="write JSON Lines to stdout instead of text")
     return p
 
@@ -95,6 +100,17 @@ def read_prompt(args: argparse.Namespace) -> str:
     return sys.stdin.read()
 
 
+def check_trace_path(trace: str | None, prompt_file: str | None) -> None:
+    """Refuse a trace path that cannot be written, or that names the prompt file (it would be replaced)."""
+    if not trace:
+        return
+    path = Path(trace)
+    if not path.parent.resolve().is_dir():
+        raise SettingsError(f"cannot write the trace: no folder {path.parent}")
+    if prompt_file and path.exists() and Path(prompt_file).exists() and path.samefile(prompt_file):
+        raise SettingsError(f"--trace names the prompt file {prompt_file}: choose another file")
+
+
 def fail(message: str, code: int = 1) -> int:
     print(f"logitlab: error: {message}", file=sys.stderr)
     return code
@@ -110,13 +126,16 @@ def run_generate(argv: Sequence[str]) -> int:
         prompt = read_prompt(args)
         if args.top_n < 1:
             raise SettingsError("top-n must be at least 1")
+        if not 1 <= args.n <= MAX_SAMPLES:
+            raise SettingsError(f"n must be from 1 to {MAX_SAMPLES}, got {args.n}")
+        check_trace_path(args.trace, args.prompt_file)
     except SettingsError as e:
         return fail(str(e), 2)
     messages = None
     if args.chat:
         messages = ((Message("system", args.system),) if args.system else ()) + (Message("user", prompt),)
     request = Request(model=spec_from(args), prompt=prompt, messages=messages, settings=settings,
-                      top_n=args.top_n)
+                      top_n=args.top_n, n=args.n)
     return stream_to_terminal(request, json_out=args.json, trace_path=args.trace)
 
 

@@ -1,7 +1,8 @@
 """The messages between the UI (or CLI) and the model thread: one immutable `Request`, a stream of events.
 
-Every event carries the id of the request it belongs to, so a consumer can ignore a stale run's tail.
-Errors travel on the same stream as tokens (`Failed`), so nobody waits forever.
+Every event carries the id of the request it belongs to; events of a run (`Step`, `Finished`) also carry the
+run's id, so a consumer routes them to the run they belong to. A request of `n` samples makes `n` runs, decoded
+together in one batch. Errors travel on the same stream as tokens (`Failed`), so nobody waits forever.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ from typing import Literal
 from app.core.metrics import Metrics
 from app.core.models import ModelSpec
 from app.core.settings import SamplerSettings
+from app.core.surprisal import PromptScore
 from app.core.trace import RunTrace, StepTrace
-from backends.base import ModelInfo
+from backends.base import ModelInfo, Tokenizer
 
 _ids = itertools.count(1)
-FinishReason = Literal["eos", "stop", "length", "cancelled"]
+FinishReason = Literal["eos", "stop", "length", "context", "cancelled", "error"]
 
 
 @dataclass(frozen=True)
@@ -36,7 +38,16 @@ class Request:
     top_n: int = 20
     record: bool = True  # False: tokens only, no per-step trace (benchmarks)
     ignore_eos: bool = False  # keep going past end-of-text (benchmarks, fixed-length runs)
+    n: int = 1  # samples of this prompt, decoded together from one prefill; sample i is seeded with seed + i
+    parent: tuple[int, int] | None = None  # (run id, step) this run branches from
     id: int = field(default_factory=lambda: next(_ids))
+    run_ids: tuple[int, ...] = ()  # one per sample; the first is the request's own id
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"n must be at least 1, got {self.n}")
+        if len(self.run_ids) != self.n:
+            object.__setattr__(self, "run_ids", (self.id, *(next(_ids) for _ in range(self.n - 1))))
 
 
 @dataclass(frozen=True)
@@ -52,6 +63,7 @@ class Loaded:
     request_id: int
     info: ModelInfo
     seconds: float
+    tokenizer: Tokenizer | None = None  # thread-safe and pure CPU: what the UI needs to count and show tokens
 
 
 @dataclass(frozen=True)
@@ -59,8 +71,9 @@ class Prefilled:
     request_id: int
     prompt_ids: tuple[int, ...]
     prompt_text: str  # what the model sees (the chat template applied)
-    seed: int
+    seed: int  # of the first sample; sample i draws with seed + i
     seconds: float
+    reused: int = 0  # prompt tokens whose KV cache was kept from an earlier run (not prefilled again)
 
 
 @dataclass(frozen=True)
@@ -71,6 +84,12 @@ class Step:
     text: str  # what this token adds to the visible output
     trace: StepTrace | None  # None when the request does not record
     kv_bytes: int
+    run_id: int = 0  # 0: the request's own id (its first run)
+    sequence: int = 0  # which of the request's n samples
+
+    def __post_init__(self) -> None:
+        if not self.run_id:
+            object.__setattr__(self, "run_id", self.request_id)
 
 
 @dataclass(frozen=True)
@@ -79,6 +98,21 @@ class Finished:
     reason: FinishReason
     metrics: Metrics
     trace: RunTrace | None  # None when nothing was generated (a cancelled download)
+    run_id: int = 0  # 0: the request's own id (its first run)
+    sequence: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.run_id:
+            object.__setattr__(self, "run_id", self.request_id)
+
+
+@dataclass(frozen=True)
+class Scored:
+    """The prompt's own token log-probabilities (prompt surprisal), for a `ModelThread.score` request."""
+
+    request_id: int
+    prompt_text: str
+    score: PromptScore
 
 
 @dataclass(frozen=True)
@@ -88,4 +122,4 @@ class Failed:
     opt_in: str | None = None  # a LoadOptions flag the user may turn on for this model to get past it
 
 
-Event = Loading | Loaded | Prefilled | Step | Finished | Failed
+Event = Loading | Loaded | Prefilled | Step | Finished | Scored | Failed

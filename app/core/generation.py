@@ -1,9 +1,12 @@
-"""The generation loop: prompt -> prefill (chunked, with the KV cache) -> decode, one event per token.
+"""The generation loop, in two layers.
 
-`generate(model, request, cancel)` is a generator of events; it checks `cancel` before every step and between
-prefill chunks, so a cancel is honoured within one step. Stops on EOS, stop strings (which may span tokens and
-are never shown), max tokens, the context length, or cancel. Text is detokenized as a stream: no half
-characters, no dropped bytes. It does not own threads or the model's lifetime: `model_thread` does.
+`decode` is the token-level generator over a batch: forward, sample, record; no text. Beam search and speculative
+decoding are other loops over the same `forward` / `trim` / `fork` and the same sampler.
+`generate(model, request, cancel, prefix)` wraps it for one request: prompt -> prefill (only what the `Prefix`
+cache does not already hold) -> decode of `request.n` samples in one batch -> events, one per token per sample.
+It checks `cancel` before every step and between prefill chunks. Stops on EOS, stop strings (which may span
+tokens and are never shown), max tokens, the context length, or cancel. Text is detokenized as a stream: no
+half characters, no dropped bytes. It does not own threads or the model's lifetime: `model_thread` does.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import secrets
 import threading
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -18,9 +22,9 @@ import numpy as np
 from app.core.events import Event, Finished, FinishReason, Prefilled, Request, Step
 from app.core.metrics import Clock
 from app.core.sampling import History, Sample, start_sample
-from app.core.settings import MAX_SEED
+from app.core.settings import MAX_SEED, SamplerSettings
 from app.core.trace import RunTrace, StepTrace
-from backends.base import LoadedModel, Tokenizer
+from backends.base import LoadedModel, StreamDecoder, Tokenizer
 
 PREFILL_CHUNK = 512
 
@@ -101,66 +105,186 @@ class StopHold:
         return best
 
 
-def generate(model: LoadedModel, request: Request, cancel: threading.Event) -> Iterator[Event]:
+@dataclass
+class Row:
+    """One row of a batch as `decode` sees it: its own seeded draws and penalty counts. The caller sets `done`."""
+
+    rng: np.random.Generator
+    history: History | None = None
+    done: bool = False
+
+
+def decode(model: LoadedModel, logits: Any, cache: Any, settings: SamplerSettings, rows: list[Row], *,
+           steps: int, top_n: int = 20, record: bool = True,
+           cancel: threading.Event | None = None) -> Iterator[list[Sample | int | None]]:
+    """Draw up to `steps` tokens for each row; `logits` (B, V) or (1, V) (one prefill shared by every row).
+
+    Yields, per step, one outcome per row (a `Sample`, or a token id when not recording; None for a row already
+    done). Between steps the caller may mark rows done; decoding ends when all are, after `steps`, or on cancel.
+    Where the device runs behind the host, step t+1's forward is queued before step t is read (as mlx-lm).
+    """
+    ops = model.ops
+    for step in range(steps):
+        if (cancel is not None and cancel.is_set()) or all(r.done for r in rows):
+            return
+        pending = [start_sample(ops, logits[min(i, logits.shape[0] - 1)], settings, float(r.rng.random()),
+                                history=r.history, top_n=top_n, record=record) for i, r in enumerate(rows)]
+        ahead = ops.overlap and step + 1 < steps
+        if ahead:  # this step's draws and records first, so that reading them waits for them only
+            ops.start([a for p in pending for a in p.outputs])
+            logits = model.forward(ops.stack([p.token for p in pending]), cache)
+            ops.start([logits])
+        outs = [p.result() for p in pending]
+        yield [None if r.done else o for r, o in zip(rows, outs, strict=True)]
+        if not ahead and step + 1 < steps and not all(r.done for r in rows):
+            logits = model.forward([[token_of(o)] for o in outs], cache)
+
+
+def token_of(out: Sample | int) -> int:
+    return out.token if isinstance(out, Sample) else out
+
+
+class Prefix:
+    """The KV cache a run leaves behind and the tokens it holds, so that the next run sharing a prefix of them
+    prefills only what follows (a re-run, a changed ending, a branch). Owned by the thread that owns the model."""
+
+    def __init__(self) -> None:
+        self.cache: Any = None
+        self.ids: list[int] = []
+
+    def take(self, model: LoadedModel, ids: Sequence[int]) -> tuple[Any, int]:
+        """A cache holding the longest reusable prefix of `ids` (at least the last token is left to compute: its
+        logits are needed), and that prefix's length."""
+        cache, held, self.cache, self.ids = self.cache, self.ids, None, []
+        n = min(common_prefix(held, ids), len(ids) - 1)
+        if cache is None or n <= 0:
+            return model.new_cache(), 0
+        model.trim(cache, model.cache_len(cache) - n)
+        return cache, n
+
+    def keep(self, model: LoadedModel, cache: Any, ids: Sequence[int]) -> None:
+        """Keep `cache`, which holds the first `cache_len` of `ids` (a last drawn token may not be in it)."""
+        self.cache, self.ids = cache, list(ids[: model.cache_len(cache)])
+
+    def clear(self) -> None:
+        self.cache, self.ids = None, []
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+@dataclass
+class _Run:
+    """The text side of one sample: its trace, detokenizer, held-back stop-string text and clock."""
+
+    id: int
+    sequence: int
+    trace: RunTrace
+    decoder: StreamDecoder
+    hold: StopHold
+    clock: Clock
+    drawn: list[int] = field(default_factory=list)
+    reason: FinishReason | None = None
+
+
+def generate(model: LoadedModel, request: Request, cancel: threading.Event,
+             prefix: Prefix | None = None) -> Iterator[Event]:
     clock = Clock()
     ids, text = build_prompt(model.tokenizer, request, model.info.context_length)
     s = request.settings
     seed = s.seed if s.seed is not None else secrets.randbelow(MAX_SEED + 1)
-    rng = np.random.default_rng(seed)
-    cache = model.new_cache()
-    run = RunTrace(prompt_ids=ids, settings=s, seed=seed)
+    prefix = prefix if prefix is not None else Prefix()
+    cache, reused = prefix.take(model, ids)
     logits = None
-    for i in range(0, len(ids), PREFILL_CHUNK):
+    for i in range(reused, len(ids), PREFILL_CHUNK):
         if cancel.is_set():
-            yield Finished(request.id, "cancelled", clock.metrics(len(ids), 0), run)
+            prefix.keep(model, cache, ids)
+            for rid in request.run_ids:
+                yield Finished(request.id, "cancelled", replace(clock.metrics(len(ids), 0), reused_tokens=reused),
+                               None, rid)
             return
-        logits = model.forward(ids[i : i + PREFILL_CHUNK], cache)
+        logits = model.forward([ids[i : i + PREFILL_CHUNK]], cache)
     model.ops.sync([logits])  # lazy frameworks (MLX) compute here: the prefill time is the prefill's
-    yield Prefilled(request.id, tuple(ids), text, seed, clock.prefilled())
+    yield Prefilled(request.id, tuple(ids), text, seed, clock.prefilled(), reused)
 
-    ops, vocab = model.ops, int(logits.shape[0])
-    history = History.start(ops, vocab, ids) if s.uses_penalties else None
-    decoder, hold = model.tokenizer.stream(), StopHold(s.stop)
+    runs = [_Run(rid, i, _new_trace(model, request, ids, (seed + i) % (MAX_SEED + 1), rid), model.tokenizer.stream(),
+                 StopHold(s.stop), _fork_clock(clock)) for i, rid in enumerate(request.run_ids)]
+    batch = model.fork(cache, request.n) if request.n > 1 else cache  # the prompt's own cache stays reusable
+    vocab = int(logits.shape[-1])
+    rows = [Row(np.random.default_rng(r.trace.seed),
+                      History.start(model.ops, vocab, ids) if s.uses_penalties else None) for r in runs]
     eos = frozenset() if request.ignore_eos else model.tokenizer.eos_ids
     ctx = model.info.context_length or 0
-    reason: FinishReason = "length"
     last = min(s.max_tokens, ctx - len(ids)) if ctx else s.max_tokens  # the context may fill up first
-    for step in range(last):
-        if cancel.is_set():
-            reason = "cancelled"
-            break
-        pending = start_sample(ops, logits, s, float(rng.random()), history=history, top_n=request.top_n,
-                               record=request.record)
-        ahead = ops.overlap and step + 1 < last
-        if ahead:  # queue the next forward before reading this step (wasted once, at a stop)
-            ops.start(list(pending.outputs))  # this step's draw and record first, so reading them waits for
-            logits = model.forward(pending.token, cache)  # them only, not for the forward queued behind
-            ops.start([logits])
-        out = pending.result()
-        token = out.token if isinstance(out, Sample) else out
-        seconds = clock.token()
-        done = token in eos
-        piece = "" if done else decoder.add(token)
-        released, stopped = hold.push(piece, (step, out, seconds), partial=not done and piece == "")
-        yield from _steps(model, request, run, released, cache)
-        if done or stopped:
-            reason = "eos" if done else "stop"
-            break
-        if not ahead and step + 1 < last:
-            logits = model.forward([token], cache)
-    yield from _steps(model, request, run, hold.finish(decoder.flush()), cache)
-    yield Finished(request.id, reason, clock.metrics(len(ids), model.cache_bytes(cache)), run)
+    texts: dict[int, str] = {}  # token id -> display text, shared by every step of the request
+    for outs in decode(model, logits, batch, s, rows, steps=last, top_n=request.top_n, record=request.record,
+                       cancel=cancel):
+        for run, row, out in zip(runs, rows, outs, strict=True):
+            if out is None:
+                continue
+            token = token_of(out)
+            run.drawn.append(token)
+            seconds = run.clock.token()
+            done = token in eos
+            piece = "" if done else run.decoder.add(token)
+            released, stopped = run.hold.push(piece, (len(run.drawn) - 1, out, seconds),
+                                              partial=not done and piece == "")
+            yield from _steps(model, request, run, released, batch, texts)
+            if done or stopped:
+                run.reason, row.done = ("eos" if done else "stop"), True
+    if request.n == 1:
+        prefix.keep(model, cache, ids + runs[0].drawn)
+    else:
+        prefix.keep(model, cache, ids)
+    kv = model.cache_bytes(batch)
+    ran_out: FinishReason = "context" if last < s.max_tokens else "length"
+    for run in runs:
+        reason = run.reason or ("cancelled" if len(run.drawn) < last else ran_out)
+        yield from _steps(model, request, run, run.hold.finish(run.decoder.flush()), batch, texts)
+        metrics = replace(run.clock.metrics(len(ids), kv), reused_tokens=reused)
+        run.trace.finish_reason, run.trace.metrics = reason, metrics
+        yield Finished(request.id, reason, metrics, run.trace, run.id, run.sequence)
 
 
-def _steps(model: LoadedModel, request: Request, run: RunTrace, released: list, cache: Any) -> Iterator[Step]:
+def _new_trace(model: LoadedModel, request: Request, ids: list[int], seed: int, run_id: int) -> RunTrace:
+    trace = RunTrace(prompt_ids=ids, settings=request.settings, seed=seed)
+    trace.run_id, trace.parent = run_id, request.parent
+    trace.model = {"name": model.info.name, "backend": model.info.backend, "source": request.model.source}
+    return trace
+
+
+def _fork_clock(clock: Clock) -> Clock:
+    """A clock for one sample, started with the request (its TTFT includes the shared prefill)."""
+    c = Clock(now=clock.now)
+    c.start, c.prefilled_at = clock.start, clock.prefilled_at
+    return c
+
+
+def _steps(model: LoadedModel, request: Request, run: _Run, released: list, cache: Any,
+           texts: dict[int, str]) -> Iterator[Step]:
     if not released:
         return
     kv = model.cache_bytes(cache)
-    tok = model.tokenizer
     for piece, (step, out, seconds) in released:
         trace = None
         if isinstance(out, Sample):
-            texts = tuple(tok.token_text(int(t)) for t in out.top_ids[: request.top_n])
-            trace = StepTrace(step, out, piece, texts, seconds)
-            run.steps.append(trace)
-        yield Step(request.id, step, out.token if isinstance(out, Sample) else out, piece, trace, kv)
+            trace = StepTrace(step, out, piece, _texts(model.tokenizer, out.top_ids[: request.top_n], texts), seconds)
+            run.trace.steps.append(trace)
+        yield Step(request.id, step, token_of(out), piece, trace, kv, run.id, run.sequence)
+
+
+def _texts(tok: Tokenizer, ids: Any, known: dict[int, str]) -> tuple[str, ...]:
+    """Display texts of `ids`, one string object per token id for the whole request (not one per step)."""
+    out = []
+    for t in ids.tolist():
+        text = known.get(t)
+        if text is None:
+            text = known[t] = tok.token_text(t)
+        out.append(text)
+    return tuple(out)

@@ -22,10 +22,12 @@ class Metrics:
     itl_mean_s: float = 0.0
     itl_p95_s: float = 0.0
     kv_cache_bytes: int = 0
+    reused_tokens: int = 0  # prompt tokens whose KV cache an earlier run left (not prefilled again)
 
     @property
     def prefill_tokens_per_s(self) -> float:
-        return self.prompt_tokens / self.prefill_s if self.prefill_s > 0 else 0.0
+        computed = self.prompt_tokens - self.reused_tokens
+        return computed / self.prefill_s if self.prefill_s > 0 else 0.0
 
     @property
     def decode_tokens_per_s(self) -> float:
@@ -39,7 +41,8 @@ class Metrics:
         return d
 
     def line(self) -> str:
-        return (f"prompt {self.prompt_tokens} tok, {self.prefill_tokens_per_s:.1f} tok/s prefill | "
+        reused = f" ({self.reused_tokens} reused)" if self.reused_tokens else ""
+        return (f"prompt {self.prompt_tokens} tok{reused}, {self.prefill_tokens_per_s:.1f} tok/s prefill | "
                 f"{self.generated_tokens} generated, {self.decode_tokens_per_s:.1f} tok/s | "
                 f"TTFT {self.ttft_s * 1000:.0f} ms | ITL {self.itl_mean_s * 1000:.1f} ms "
                 f"(p95 {self.itl_p95_s * 1000:.1f}) | total {self.total_s:.2f} s | "

@@ -1,8 +1,10 @@
 """The model thread: one long-lived plain thread that owns the loaded model (load, generate, free).
 
-Consumers `submit` requests and read `events` (a queue); every failure becomes a `Failed` event on that same
-queue. `cancel` stops the run in progress within one step; `close` stops the thread and frees the model on
-the thread that loaded it (MLX streams are thread-local). No Qt here: the window and the CLI both use it.
+Consumers `submit` requests (to generate, to load only, or to `score` a prompt's own tokens) and read `events`
+(a queue); every failure becomes a `Failed` event on that same queue. The thread keeps the last run's KV cache
+(`Prefix`), so a run sharing a prefix with it prefills only the rest. `cancel` stops the run in progress within
+one step; `close` stops the thread and frees the model on the thread that loaded it (MLX streams are
+thread-local). No Qt here: the window and the CLI both use it.
 """
 
 from __future__ import annotations
@@ -12,14 +14,16 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Literal
 
 from app.core.catalog import check_fits
-from app.core.events import Event, Failed, Finished, Loaded, Loading, Request
-from app.core.generation import PromptError, generate
+from app.core.events import Event, Failed, Finished, Loaded, Loading, Request, Scored
+from app.core.generation import Prefix, PromptError, build_prompt, generate
 from app.core.metrics import Metrics
 from app.core.models import Cancelled, ModelSpec, resolve
 from app.core.sampling import NoValidTokenError
 from app.core.settings import SettingsError
+from app.core.surprisal import score
 from backends import LoadedModel, ModelLoadError, get_backend
 
 log = logging.getLogger(__name__)
@@ -29,7 +33,7 @@ USER_ERRORS = (ModelLoadError, PromptError, NoValidTokenError, SettingsError)
 @dataclass
 class _Job:
     request: Request
-    load_only: bool = False
+    kind: Literal["generate", "load", "score"] = "generate"
     cancel: threading.Event = field(default_factory=threading.Event)
 
 
@@ -41,18 +45,21 @@ class ModelThread:
         self._lock = threading.Lock()
         self._model: LoadedModel | None = None
         self._spec: ModelSpec | None = None
-        self._used_mlx = False
+        self._prefix = Prefix()
+        self._park = False  # the backend used asks its thread never to exit (see Backend.park_thread_on_exit)
         self.stopped = threading.Event()  # set once the thread has freed the model and serves no more
         self._thread = threading.Thread(target=self._run, name="logitlab-model", daemon=True)
         self._thread.start()
 
-    @property
-    def model(self) -> LoadedModel | None:
-        """The loaded model, for reading its info only; never call it from another thread."""
-        return self._model
-
     def submit(self, request: Request, load_only: bool = False) -> int:
-        job = _Job(request, load_only)
+        return self._submit(_Job(request, "load" if load_only else "generate"))
+
+    def score(self, request: Request) -> int:
+        """The prompt's own log-probabilities (a `Scored` event), through the model the request names."""
+        return self._submit(_Job(request, "score"))
+
+    def _submit(self, job: _Job) -> int:
+        request = job.request
         with self._lock:
             self._live.append(job)
         self._jobs.put(job)
@@ -75,9 +82,7 @@ class ModelThread:
         finally:
             self._unload()
             self.stopped.set()
-        if self._used_mlx:
-            # A thread that ran MLX and then exits sometimes aborts the process ("terminate called without an
-            # active exception", mlx 0.32.4). Park it instead: it holds nothing now and dies with the process.
+        if self._park:  # it holds nothing now and dies with the process
             threading.Event().wait()
 
     def _serve_all(self) -> None:
@@ -87,7 +92,8 @@ class ModelThread:
             except USER_ERRORS as e:
                 self.events.put(Failed(job.request.id, str(e), getattr(e, "opt_in", None)))
             except Cancelled:
-                self.events.put(Finished(job.request.id, "cancelled", Metrics(), None))
+                for rid in job.request.run_ids:
+                    self.events.put(Finished(job.request.id, "cancelled", Metrics(), None, rid))
             except Exception as e:
                 log.exception("generation failed")
                 self.events.put(Failed(job.request.id, f"unexpected error: {type(e).__name__}: {e}"))
@@ -97,12 +103,17 @@ class ModelThread:
 
     def _serve(self, job: _Job) -> None:
         model, loaded_now = self._ensure(job)
-        if job.load_only:
-            if not loaded_now:
-                self.events.put(Loaded(job.request.id, model.info, 0.0))  # already loaded: say so anyway
-            return
-        for event in generate(model, job.request, job.cancel):
-            self.events.put(event)
+        if job.kind == "load":
+            if not loaded_now:  # already loaded: say so anyway
+                self.events.put(Loaded(job.request.id, model.info, 0.0, model.tokenizer))
+        elif job.kind == "score":
+            ids, text = build_prompt(model.tokenizer, job.request, model.info.context_length)
+            result = score(model, ids, job.cancel)
+            if result is not None:
+                self.events.put(Scored(job.request.id, text, result))
+        else:
+            for event in generate(model, job.request, job.cancel, self._prefix):
+                self.events.put(event)
 
     def _ensure(self, job: _Job) -> tuple[LoadedModel, bool]:
         """The model the job asks for, and whether it was loaded just now."""
@@ -119,13 +130,14 @@ class ModelThread:
         path = resolve(spec.source, progress, job.cancel)
         check_fits(path)
         backend = get_backend(spec.backend)
-        self._used_mlx |= backend.name == "mlx"
+        self._park |= backend.park_thread_on_exit
         self.events.put(Loading(rid, f"Loading {spec.label} with {backend.name}…"))
         self._model, self._spec = backend.load(path, spec.options), spec
-        self.events.put(Loaded(rid, self._model.info, time.perf_counter() - t0))
+        self.events.put(Loaded(rid, self._model.info, time.perf_counter() - t0, self._model.tokenizer))
         return self._model, True
 
     def _unload(self) -> None:
+        self._prefix.clear()
         if self._model is not None:
             self._model.close()
         self._model, self._spec = None, None

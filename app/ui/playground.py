@@ -1,7 +1,10 @@
-"""The window's view-model: owns the model thread, drains its events ~60 times a second, emits coalesced signals.
+"""The window's view-model: owns the model thread and the session, drains events ~60 times a second, emits
+coalesced signals.
 
-Widgets never touch the core or a model: they receive what they show through these signals and call the
-few verbs here (generate, stop, load, select_step, preview). One run at a time; `busy` says which.
+Events are routed by run id into the `Session` (every run keeps its steps, also when another run is shown);
+the widgets follow the run being shown. Widgets never touch the core or a model: they receive what they show
+through these signals and call the few verbs here (generate, stop, load, score, select_step, preview). One
+request at a time; `busy` says so.
 """
 
 from __future__ import annotations
@@ -11,10 +14,12 @@ import queue
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 
-from app.core.events import Failed, Finished, Loaded, Loading, Prefilled, Request, Step
+from app.core.events import Failed, Finished, Loaded, Loading, Prefilled, Request, Scored, Step
+from app.core.metrics import Metrics
 from app.core.model_thread import ModelThread
 from app.core.models import ModelSpec
 from app.core.sampling import Sample
+from app.core.session import Run, Session
 from app.core.settings import SamplerSettings
 from app.core.trace import RunTrace, StepTrace
 
@@ -31,7 +36,8 @@ class Playground(QObject):
     steps_appended = Signal(list)  # list[Step], once per frame at most
     step_selected = Signal(int, object)  # index, StepTrace: when the user selects (views follow the latest)
     preview_changed = Signal(object, object)  # Sample (or None), StepTrace it re-samples
-    finished = Signal(object)  # Finished
+    finished = Signal(object)  # Finished, of the run shown
+    scored = Signal(object)  # Scored: the prompt's own token log-probabilities
     failed = Signal(str)
     opt_in_needed = Signal(str, str)  # message, the LoadOptions flag that would allow it
     busy_changed = Signal(bool)
@@ -41,8 +47,8 @@ class Playground(QObject):
         self.worker = worker or ModelThread()  # anything with its interface (benchmarks feed synthetic runs)
         self.tokenizer = None  # the loaded model's tokenizer (thread-safe, pure CPU): for counting tokens
         self.info = None
-        self.trace: RunTrace | None = None
-        self.steps: list[StepTrace] = []
+        self.session = Session()
+        self.shown: Run | None = None  # the run the views show (the latest started)
         self.selected: int | None = None  # None: follow the latest step
         self._request: Request | None = None
         self._load_only = False
@@ -53,6 +59,16 @@ class Playground(QObject):
         self._timer = QTimer(self, interval=FRAME_MS, timerType=Qt.TimerType.PreciseTimer)
         self._timer.timeout.connect(self.drain)
         self._timer.start()
+
+    @property
+    def steps(self) -> list[StepTrace]:
+        """The shown run's steps so far."""
+        return self.shown.steps if self.shown is not None else []
+
+    @property
+    def trace(self) -> RunTrace | None:
+        """The shown run's finished trace."""
+        return self.shown.trace if self.shown is not None else None
 
     @property
     def busy(self) -> bool:
@@ -79,13 +95,18 @@ class Playground(QObject):
         """Start a run; refused (False) while another is loading, running or winding down."""
         if self._busy and not self._load_only:
             return False  # a load alone may still be running: the model thread queues the run behind it
-        self._request, self.steps, self.selected, self.trace = request, [], None, None
+        self._request, self.selected = request, None
+        self.shown = self.session.start(request)[0]
         self._load_only = False
         self._busy = True
         self.busy_changed.emit(True)  # also when a load was already running: now a run is
         self.worker.submit(request)
         self.run_started.emit(request)
         return True
+
+    def score(self, request: Request) -> None:
+        """The prompt's own log-probabilities, queued behind whatever the model thread is doing."""
+        self.worker.score(request)
 
     def stop(self) -> None:
         self.worker.cancel()
@@ -120,11 +141,12 @@ class Playground(QObject):
                 ev = self.worker.events.get_nowait()
             except queue.Empty:
                 break
-            stale = self._request is None or ev.request_id != self._request.id
-            if stale and not isinstance(ev, (Loading, Loaded)):
-                continue  # the tail of an earlier run
             if isinstance(ev, Step):
-                new_steps.append(ev)
+                run = self.session.get(ev.run_id)
+                if run is not None and ev.trace is not None:
+                    run.steps.append(ev.trace)
+                if run is self.shown:
+                    new_steps.append(ev)
             else:
                 self._emit_steps(new_steps)
                 new_steps = []
@@ -134,9 +156,8 @@ class Playground(QObject):
     def _emit_steps(self, steps: list[Step]) -> None:
         if not steps:
             return
-        before = len(self.steps)
-        self.steps.extend(s.trace for s in steps if s.trace is not None)
-        if len(self.steps) // FREEZE_EVERY > before // FREEZE_EVERY:
+        after = len(self.steps)
+        if after // FREEZE_EVERY > (after - len(steps)) // FREEZE_EVERY:
             # The cyclic GC rescans every live trace object: the UI's cost per token grew from 34 to 52 µs
             # between tokens 1,000 and 10,000. Traces hold no cycles (refcounting still frees them), so move
             # what exists into the permanent generation and keep the per-token cost flat.
@@ -148,7 +169,7 @@ class Playground(QObject):
     @property
     def run_settings(self) -> SamplerSettings | None:
         """The settings of the run being shown (running or finished)."""
-        return self._request.settings if self._request is not None and not self._load_only else None
+        return self.shown.request.settings if self.shown is not None else None
 
     def live_stats(self) -> tuple[int, float, float | None, int]:
         """(tokens, decode tokens/s, TTFT seconds or None, KV bytes) of the run in progress."""
@@ -157,24 +178,39 @@ class Playground(QObject):
         ttft = self._prefill_s + self.steps[0].seconds if self.steps else None
         return n, rate, ttft, self._kv_bytes
 
+    def _current(self, request_id: int) -> bool:
+        return self._request is not None and request_id == self._request.id
+
     def _handle(self, ev: object) -> None:
         if isinstance(ev, Loading):
             self.loading.emit(ev.message, ev.done, ev.total)
         elif isinstance(ev, Loaded):
-            self.info = ev.info
-            self.tokenizer = self.worker.model.tokenizer if self.worker.model is not None else None
+            self.info, self.tokenizer = ev.info, ev.tokenizer
             self.loaded.emit(ev.info)
-            if self._load_only and self._request is not None and ev.request_id == self._request.id:
+            if self._load_only and self._current(ev.request_id):
                 self._set_busy(False)
         elif isinstance(ev, Prefilled):
-            self._prefill_s, self._decode_s = ev.seconds, 0.0
-            self.prefilled.emit(ev)
+            for run in self.session.of_request(ev.request_id):
+                run.prefilled = ev
+            if self.shown is not None and self.shown.request.id == ev.request_id:
+                self._prefill_s, self._decode_s = ev.seconds, 0.0
+                self.prefilled.emit(ev)
         elif isinstance(ev, Finished):
-            self.trace = ev.trace
-            self._set_busy(False)
-            self.finished.emit(ev)
+            run = self.session.get(ev.run_id)
+            if run is not None:
+                run.finished = ev
+            if self._current(ev.request_id) and all(not r.running for r in self.session.of_request(ev.request_id)):
+                self._set_busy(False)
+            if run is not None and run is self.shown:
+                self.finished.emit(ev)
+        elif isinstance(ev, Scored):
+            self.scored.emit(ev)
         elif isinstance(ev, Failed):
-            self._set_busy(False)
+            for run in self.session.of_request(ev.request_id):
+                if run.running:
+                    run.finished = Finished(ev.request_id, "error", Metrics(), None, run.id, run.sequence)
+            if self._current(ev.request_id):  # (a failed score leaves the request in progress running)
+                self._set_busy(False)
             if ev.opt_in:
                 self.opt_in_needed.emit(ev.message, ev.opt_in)
             else:

@@ -1,0 +1,58 @@
+"""A session: the runs a person made, keyed by run id, each with its parent (run id, step) when it branched.
+
+Plain data walked by small helpers (as Loom's tree utilities): the view-model routes a run's events here and
+views draw from it. A run is filled as its events arrive: the request, the prompt once prefilled, its steps,
+and the finished trace. No Qt, no models.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from app.core.events import Finished, Prefilled, Request
+from app.core.trace import RunTrace, StepTrace
+
+
+@dataclass
+class Run:
+    id: int
+    request: Request
+    sequence: int = 0  # which of the request's samples
+    prefilled: Prefilled | None = None
+    steps: list[StepTrace] = field(default_factory=list)
+    finished: Finished | None = None
+
+    @property
+    def parent(self) -> tuple[int, int] | None:
+        return self.request.parent
+
+    @property
+    def trace(self) -> RunTrace | None:
+        return self.finished.trace if self.finished is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self.finished is None
+
+
+@dataclass
+class Session:
+    runs: dict[int, Run] = field(default_factory=dict)  # in the order they were started
+
+    def start(self, request: Request) -> list[Run]:
+        """Register the runs of a request (one per sample)."""
+        new = [Run(rid, request, i) for i, rid in enumerate(request.run_ids)]
+        self.runs.update((r.id, r) for r in new)
+        return new
+
+    def get(self, run_id: int) -> Run | None:
+        return self.runs.get(run_id)
+
+    def of_request(self, request_id: int) -> list[Run]:
+        return [r for r in self.runs.values() if r.request.id == request_id]
+
+    def children(self, run_id: int) -> list[Run]:
+        return [r for r in self.runs.values() if r.parent is not None and r.parent[0] == run_id]
+
+    def roots(self) -> list[Run]:
+        return [r for r in self.runs.values() if r.parent is None or r.parent[0] not in self.runs]
