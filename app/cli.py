@@ -91,13 +91,21 @@ def read_prompt(args: argparse.Namespace) -> str:
         return args.prompt
     if args.prompt_file:
         try:
-            with open(args.prompt_file, encoding="utf-8") as f:
-                return f.read()
+            with open(args.prompt_file, "rb") as f:
+                return utf8(f.read(), args.prompt_file)
         except OSError as e:
             raise SettingsError(f"cannot read the prompt file: {e.strerror}: {args.prompt_file}") from e
     if sys.stdin is None or sys.stdin.isatty():
         raise SettingsError("no prompt: pass --prompt, --prompt-file, or pipe text on standard input")
-    return sys.stdin.read()
+    return utf8(sys.stdin.buffer.read(), "standard input")
+
+
+def utf8(data: bytes, where: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SettingsError(f"{where} is not UTF-8 text (byte {e.start}: {data[e.start:e.start + 1]!r}); "
+                            "save it as UTF-8") from e
 
 
 def check_trace_path(trace: str | None, prompt_file: str | None) -> None:
@@ -118,14 +126,15 @@ def fail(message: str, code: int = 1) -> int:
 
 def run_generate(argv: Sequence[str]) -> int:
     from app.core.events import Message, Request
+    from app.core.sampling import RECORD_K
     from app.terminal import stream_to_terminal
 
     args = generate_parser().parse_args(argv)
     try:
         settings = settings_from(args)
         prompt = read_prompt(args)
-        if args.top_n < 1:
-            raise SettingsError("top-n must be at least 1")
+        if not 1 <= args.top_n <= RECORD_K:
+            raise SettingsError(f"top-n must be from 1 to {RECORD_K} (the candidates a step records), got {args.top_n}")
         if not 1 <= args.n <= MAX_SAMPLES:
             raise SettingsError(f"n must be from 1 to {MAX_SAMPLES}, got {args.n}")
         check_trace_path(args.trace, args.prompt_file)

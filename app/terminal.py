@@ -8,6 +8,7 @@ a `Failed` event exits 1 with its one line.
 from __future__ import annotations
 
 import json
+import os
 import queue
 import sys
 from pathlib import Path
@@ -81,6 +82,11 @@ def stream_to_terminal(request: Request, json_out: bool = False, trace_path: str
     except KeyboardInterrupt:
         worker.cancel()
         return 130
+    except OSError as e:  # standard output is full, closed, or a broken pipe
+        worker.cancel()
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
+        print(f"logitlab: error: cannot write to standard output: {e.strerror or e}", file=sys.stderr)
+        return 1
     finally:
         worker.close()
 
