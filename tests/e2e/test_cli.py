@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from app.core.trace import RunTrace
+
 ENV = {**os.environ, "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TRANSFORMERS_VERBOSITY": "error",
        "XDG_CONFIG_HOME": tempfile.mkdtemp(prefix="logitlab-config-")}  # never the user's own settings
 STEP_KEYS = {"step", "token_id", "text", "prob", "logprob", "rank", "entropy", "top"}
@@ -30,8 +32,10 @@ def test_generate_json_lines_and_trace_file(tiny_path: Path, tmp_path: Path, bac
                  "--max-tokens", "8", "--seed", "3", "--top-k", "20", "--json", "--trace", str(trace))
     assert r.returncode == 0, r.stderr
     lines = [json.loads(x) for x in r.stdout.splitlines()]
-    assert lines == [json.loads(x) for x in trace.read_text().splitlines()]
     *steps, summary = lines
+    saved = RunTrace.load(trace)  # the run's own file format, readable back
+    assert saved.token_ids == [s["token_id"] for s in steps] and saved.text == summary["text"]
+    assert saved.finish_reason == summary["finish_reason"] and saved.seed == 3
     assert summary["summary"] is True and summary.keys() >= SUMMARY_KEYS
     assert summary["generated_tokens"] == len(steps) and summary["text"] == "".join(s["text"] for s in steps)
     for s in steps:
@@ -64,6 +68,46 @@ def test_bad_input_exits_nonzero_with_one_clear_line(tiny_path: Path, args: list
     assert r.returncode != 0
     assert message in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_n_samples_stream_as_json_lines_and_print_one_after_another(tiny_path: Path, tmp_path: Path):
+    common = ["generate", "--model", str(tiny_path), "--prompt", "Hello", "--max-tokens", "6", "--seed", "4",
+              "--temperature", "1.5"]
+    r = logitlab(*common, "--n", "3", "--json", "--trace", str(tmp_path / "run.jsonl"))
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    summaries = [x for x in lines if x.get("summary")]
+    assert sorted(x["sequence"] for x in summaries) == [0, 1, 2]
+    for i in range(3):
+        alone = logitlab(*common[:-1], str(4 + i), "--json")  # sample i is the run of seed 4 + i alone
+        want = [json.loads(x)["token_id"] for x in alone.stdout.splitlines()[:-1]]
+        assert [x["token_id"] for x in lines if x.get("sequence") == i and "token_id" in x] == want
+        assert RunTrace.load(tmp_path / f"run.{i}.jsonl").token_ids == want
+    text = logitlab(*common, "--n", "2")
+    assert text.returncode == 0 and "--- sample 1 of 2 (seed 4) ---" in text.stdout
+    assert "--- sample 2 of 2 (seed 5) ---" in text.stdout
+
+
+def test_bad_bytes_and_full_outputs_get_one_line(tiny_path: Path, tmp_path: Path):
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes("café".encode("latin-1"))
+    base = ["generate", "--model", str(tiny_path), "--max-tokens", "3"]
+    for args in ([*base, "--prompt-file", str(bad)], base):  # a file, then standard input
+        r = subprocess.run([sys.executable, "-m", "app", *args], input=bad.read_bytes(), capture_output=True,
+                           timeout=180, env=ENV)
+        err = r.stderr.decode()
+        assert r.returncode == 2 and "is not UTF-8 text" in err and "Traceback" not in err
+    prompt = tmp_path / "p.txt"
+    prompt.write_text("Hello")
+    r = logitlab(*base, "--prompt-file", str(prompt), "--trace", str(prompt))
+    assert r.returncode == 2 and "names the prompt file" in r.stderr and prompt.read_text() == "Hello"
+    r = logitlab(*base, "--prompt", "x", "--top-n", "300")
+    assert r.returncode == 2 and "top-n must be from 1 to 256" in r.stderr
+    if Path("/dev/full").exists():
+        with open("/dev/full", "w") as full:
+            r = subprocess.run([sys.executable, "-m", "app", *base, "--prompt", "Hello", "--json"], stdout=full,
+                               stderr=subprocess.PIPE, text=True, timeout=180, env=ENV)
+        assert r.returncode == 1 and "cannot write to standard output" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_a_hub_id_offline_names_the_model_and_what_to_do(tmp_path: Path):
