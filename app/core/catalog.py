@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 
 from backends.base import ModelLoadError
-from backends.checks import kv_bytes_per_token, read_config, safetensors_header
+from backends.checks import ConfigShape, read_config, safetensors_header
 from backends.support import loadable_by
 
 DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "U32": 4, "I16": 2, "I8": 1, "U8": 1,
@@ -69,16 +69,11 @@ def estimate_memory(path: Path, config: dict | None = None, bytes_per_value: flo
     config = config or read_config(path)
     weight_bytes = params = 0
     for f in sorted(path.glob("*.safetensors")):
-        header, _ = safetensors_header(f)
-        for t in header.values():
+        for t in safetensors_header(f).values():
             n = math.prod(t["shape"])
             params += n
             weight_bytes += n * DTYPE_BYTES.get(t["dtype"], 2)
-    text = config.get("text_config", config)
-    heads = text.get("num_attention_heads", 1) or 1
-    head_dim = text.get("head_dim") or text.get("hidden_size", 0) // heads
-    kv = kv_bytes_per_token(text.get("num_hidden_layers", 0), text.get("num_key_value_heads") or heads, head_dim,
-                            bytes_per_value or 2)
+    kv = ConfigShape.from_config(config).kv_bytes_per_token(bytes_per_value or 2)
     return MemoryEstimate(weight_bytes, params, kv * 1000, psutil.virtual_memory().available)
 
 

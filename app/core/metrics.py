@@ -1,6 +1,7 @@
 """Run metrics: time to first token, prefill and decode speed, inter-token latency, KV cache size.
 
-`Clock` is fed timestamps by the generation loop; `Metrics` is the frozen summary it produces.
+`Clock` is fed timestamps by the generation loop; `Metrics` is the frozen summary it produces. `rate` and
+`decode_rate` are the one definition of a speed: live views and benchmarks call them rather than divide.
 """
 
 from __future__ import annotations
@@ -9,6 +10,17 @@ import time
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+
+
+def rate(tokens: int, seconds: float) -> float:
+    """Tokens per second; 0 when there is nothing to measure."""
+    return tokens / seconds if tokens > 0 and seconds > 0 else 0.0
+
+
+def decode_rate(generated_tokens: int, decode_s: float) -> float:
+    """Decode speed: the intervals between generated tokens over the first-to-last token time (the first
+    token's time belongs to TTFT)."""
+    return rate(generated_tokens - 1, decode_s)
 
 
 @dataclass(frozen=True)
@@ -26,13 +38,11 @@ class Metrics:
 
     @property
     def prefill_tokens_per_s(self) -> float:
-        computed = self.prompt_tokens - self.reused_tokens
-        return computed / self.prefill_s if self.prefill_s > 0 else 0.0
+        return rate(self.prompt_tokens - self.reused_tokens, self.prefill_s)
 
     @property
     def decode_tokens_per_s(self) -> float:
-        n = self.generated_tokens - 1  # intervals between tokens
-        return n / self.decode_s if n > 0 and self.decode_s > 0 else 0.0
+        return decode_rate(self.generated_tokens, self.decode_s)
 
     def to_dict(self) -> dict[str, float]:
         d = asdict(self)

@@ -127,7 +127,7 @@ class ModelThread:
         def progress(done: int, total: int) -> None:
             self.events.put(Loading(rid, f"Downloading {spec.label}…", done, total))
 
-        path = resolve(spec.source, progress, job.cancel)
+        path = resolve(spec.source, progress, job.cancel, offline=spec.offline)
         check_fits(path)
         backend = get_backend(spec.backend)
         self._park |= backend.park_thread_on_exit

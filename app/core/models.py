@@ -1,8 +1,8 @@
 """Where models come from: the built-in model, local folders, and hub ids through the Hugging Face cache.
 
 `resolve` turns what the user typed into a local folder, downloading through huggingface_hub (resumable,
-with progress and cancel) only when the model is not cached and the offline switch is off. Failures become
-one `ModelLoadError` line naming the model and what to do.
+with progress and cancel) only when the model is not cached and neither the spec's `offline` flag nor
+HF_HUB_OFFLINE forbids the network. Failures become one `ModelLoadError` line naming the model and what to do.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 from backends.base import LoadOptions, ModelLoadError
 
 BUILTIN_NAME = "builtin"
+BUILTIN_LABEL = "Built-in model (Python, 5M)"
 BUILTIN_PATH = Path(__file__).resolve().parents[2] / "resources" / "builtin-model"
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 WEIGHT_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
@@ -31,23 +32,38 @@ class ModelSpec:
     source: str = BUILTIN_NAME  # "builtin", a local folder, or a hub id (owner/name)
     backend: str = "auto"
     options: LoadOptions = field(default_factory=LoadOptions)
+    # Only how the model is found, not which model it is: a model loaded online is the same one offline.
+    offline: bool = field(default=False, compare=False)
 
     @property
     def label(self) -> str:
-        return "built-in model" if self.source == BUILTIN_NAME else self.source
+        return model_label(self.source)
+
+
+def is_builtin(source: str) -> bool:
+    return source in ("", BUILTIN_NAME)
+
+
+def model_label(source: str) -> str:
+    """How a model is named to a person: the built-in one by what it is, any other by its folder or hub id."""
+    return BUILTIN_LABEL if is_builtin(source) else source
 
 
 class Cancelled(Exception):  # noqa: N818 - a user action, not an error
     """The user cancelled a download."""
 
 
-def offline() -> bool:
+def offline_by_env() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").lower() in {"1", "true", "yes", "on"}
 
 
-def resolve(source: str, progress: Progress | None = None, cancel: threading.Event | None = None) -> Path:
-    """A local folder for `source`, downloading it into the HF cache if needed and allowed."""
-    if source in ("", BUILTIN_NAME):
+def resolve(source: str, progress: Progress | None = None, cancel: threading.Event | None = None, *,
+            offline: bool = False) -> Path:
+    """A local folder for `source`, downloading it into the HF cache if needed and allowed.
+
+    `offline` (a `ModelSpec.offline`) or HF_HUB_OFFLINE: only local folders and the HF cache, no network.
+    """
+    if is_builtin(source):
         if not (BUILTIN_PATH / "config.json").exists():
             raise ModelLoadError(f"the built-in model is missing from {BUILTIN_PATH}: reinstall Logit Lab")
         return BUILTIN_PATH
@@ -59,7 +75,7 @@ def resolve(source: str, progress: Progress | None = None, cancel: threading.Eve
     cached = _snapshot(source, local_only=True)
     if cached is not None:
         return cached
-    if offline():
+    if offline or offline_by_env():
         raise ModelLoadError(f"{source} is not in the local Hugging Face cache and offline mode is on: "
                              "turn offline mode off to download it, or open a local folder")
     return download(source, progress, cancel)

@@ -6,7 +6,6 @@ installed (a cheap check that imports no framework) and disables the others with
 
 from __future__ import annotations
 
-import os
 import time
 
 from PySide6.QtCore import Signal
@@ -21,16 +20,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.models import BUILTIN_NAME, ModelSpec
+from app.core.models import BUILTIN_LABEL, BUILTIN_NAME, ModelSpec, model_label
 from backends import INSTALL_HINT, installed
 from backends.base import LoadOptions
-
-BUILTIN_LABEL = "Built-in model (Python, 5M)"
-
-
-def set_offline(on: bool) -> None:
-    """The offline switch: the core's resolver reads it before any download (huggingface_hub honours it too)."""
-    os.environ["HF_HUB_OFFLINE"] = "1" if on else "0"
 
 
 class ModelBar(QWidget):
@@ -64,7 +56,6 @@ class ModelBar(QWidget):
         for label, bits in (("full precision", None), ("4-bit", 4), ("8-bit", 8)):
             self.quantize.addItem(label, bits)
         self.offline = QCheckBox("Offline", toolTip="Never touch the network: only local folders and the HF cache")
-        self.offline.toggled.connect(set_offline)
         self.opt_ins: dict[str, list[str]] = {}  # per model: LoadOptions flags the user allowed
         self.recent: list[str] = []
         self.load_button = QPushButton("Load", toolTip="Load this model now (Generate also loads it)")
@@ -94,10 +85,11 @@ class ModelBar(QWidget):
         opts = LoadOptions(device=self.device.currentData(), dtype=self.dtype.currentData(),
                            quantize_bits=self.quantize.currentData(),
                            trust_remote_code="trust_remote_code" in allowed, allow_pickle="allow_pickle" in allowed)
-        return ModelSpec(source=source, backend=self.backend.currentData(), options=opts)
+        return ModelSpec(source=source, backend=self.backend.currentData(), options=opts,
+                         offline=self.offline.isChecked())
 
     def set_source(self, source: str) -> None:
-        self.model.setCurrentText(BUILTIN_LABEL if source in ("", BUILTIN_NAME) else source)
+        self.model.setCurrentText(model_label(source))
 
     def set_backend(self, name: str) -> None:
         i = self.backend.findData(name)

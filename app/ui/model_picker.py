@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.catalog import ModelEntry, scan_cache
-from app.core.models import BUILTIN_NAME, HUB_ID
+from app.core.models import BUILTIN_NAME, HUB_ID, model_label
 from app.ui.panels import human_bytes
 
 
@@ -45,7 +45,7 @@ class ModelPicker(QDialog):
         self.table.verticalHeader().hide()
         self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         for row, e in enumerate(self.entries):
-            name = "Built-in model (Python, 5M)" if e.source == BUILTIN_NAME else e.source
+            name = model_label(e.source)
             size = human_bytes(e.size_bytes) if e.size_bytes else ""
             for col, text in enumerate((name, size, e.model_type, ", ".join(e.backends), e.quantization or "")):
                 item = QTableWidgetItem(text)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QWidget
 
-from app.core.metrics import Metrics
+from app.core.metrics import Metrics, rate
 from backends.base import ModelInfo
 
 
@@ -44,9 +44,10 @@ class MetricsStrip(QWidget):
         name = next(n for k, n, _ in self.FIELDS if k == key)
         self.values[key].setText(f"{name}: <b>{text}</b>")
 
-    def started(self, prompt_tokens: int, prefill_s: float) -> None:
+    def started(self, prompt_tokens: int, prefill_s: float, reused: int = 0) -> None:
+        """`reused`: prompt tokens an earlier run's KV cache held, not prefilled again (as `Metrics` counts)."""
         self._prompt_tokens = prompt_tokens
-        self._set("prefill", f"{prompt_tokens / prefill_s:.0f} tok/s" if prefill_s > 0 else "—")
+        self._set("prefill", f"{rate(prompt_tokens - reused, prefill_s):.0f} tok/s" if prefill_s > 0 else "—")
 
     def live(self, tokens: int, tokens_per_s: float, ttft_s: float | None, kv_bytes: int) -> None:
         if ttft_s is not None:

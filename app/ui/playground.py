@@ -15,7 +15,7 @@ import queue
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 
 from app.core.events import Failed, Finished, Loaded, Loading, Prefilled, Request, Scored, Step
-from app.core.metrics import Metrics
+from app.core.metrics import Metrics, decode_rate
 from app.core.model_thread import ModelThread
 from app.core.models import ModelSpec
 from app.core.sampling import Sample
@@ -174,7 +174,7 @@ class Playground(QObject):
     def live_stats(self) -> tuple[int, float, float | None, int]:
         """(tokens, decode tokens/s, TTFT seconds or None, KV bytes) of the run in progress."""
         n = len(self.steps)
-        rate = (n - 1) / self._decode_s if n > 1 and self._decode_s > 0 else 0.0
+        rate = decode_rate(n, self._decode_s)
         ttft = self._prefill_s + self.steps[0].seconds if self.steps else None
         return n, rate, ttft, self._kv_bytes
 

@@ -7,11 +7,10 @@ debounced so typing stays smooth. Nothing typed is ever lost: switching modes ke
 
 from __future__ import annotations
 
-import bisect
 import html
 
-from PySide6.QtCore import QPoint, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QMouseEvent, QTextCharFormat, QTextCursor
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
     QComboBox,
     QHBoxLayout,
@@ -20,62 +19,41 @@ from PySide6.QtWidgets import (
     QPushButton,
     QScrollArea,
     QTabWidget,
-    QTextEdit,
     QToolButton,
-    QToolTip,
     QVBoxLayout,
     QWidget,
 )
 
 from app.core.events import Message
+from app.ui.token_view import TokenSpans
 
 ROLES = ("user", "assistant")
 
 
-class TokenBoundaries(QTextEdit):
+class TokenBoundaries(TokenSpans):
     """Read-only: the prompt as its tokens, alternately shaded; hover shows the token id."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setReadOnly(True)
-        self.setUndoRedoEnabled(False)
-        self.setMouseTracking(True)
-        self._starts: list[int] = []
         self._ids: list[int] = []
         self._pieces: list[str] = []
-        shades = (QColor(100, 149, 237, 70), QColor(255, 165, 0, 70))
         self._formats = []
-        for c in shades:
+        for c in (QColor(100, 149, 237, 70), QColor(255, 165, 0, 70)):
             f = QTextCharFormat()
             f.setBackground(c)
             self._formats.append(f)
 
     def set_tokens(self, ids: list[int], pieces: list[str]) -> None:
-        self.clear()
-        self._starts, self._ids, self._pieces = [], list(ids), list(pieces)
+        self.clear_spans()
+        self._ids, self._pieces = list(ids), list(pieces)
         cursor = QTextCursor(self.document())
         cursor.beginEditBlock()
         for i, piece in enumerate(pieces):
-            self._starts.append(cursor.position())
-            cursor.insertText(piece or "∅", self._formats[i % 2])
+            self.insert_span(cursor, piece or "∅", self._formats[i % 2])
         cursor.endEditBlock()
 
-    def token_at(self, pos: QPoint) -> int | None:
-        if not self._starts:
-            return None
-        p = self.cursorForPosition(pos).position()
-        i = bisect.bisect_right(self._starts, p) - 1
-        return i if 0 <= i < len(self._ids) else None
-
-    def mouseMoveEvent(self, e: QMouseEvent) -> None:  # noqa: N802 - Qt override
-        i = self.token_at(e.position().toPoint())
-        if i is None:
-            QToolTip.hideText()
-        else:
-            text = html.escape(repr(self._pieces[i]))
-            QToolTip.showText(e.globalPosition().toPoint(), f"token {i}: id <b>{self._ids[i]}</b> <code>{text}</code>",
-                              self)
-        super().mouseMoveEvent(e)
+    def span_tooltip(self, i: int) -> str:
+        return f"token {i}: id <b>{self._ids[i]}</b> <code>{html.escape(repr(self._pieces[i]))}</code>"
 
 
 class Turn(QWidget):

@@ -2,7 +2,8 @@
 
 Tokens are inserted at an end cursor once per frame with a cached character format per shade, so appending
 costs the same at token 10,000 as at token 10 (no relayout of the whole text, no per-token selections).
-Hovering a token shows its probability, rank and the alternatives; clicking selects its step.
+Hovering a token shows its probability, rank and the alternatives; clicking selects its step. `TokenSpans`
+(spans, hit-testing, hover tooltips) is shared with the prompt editor's token boundaries.
 """
 
 from __future__ import annotations
@@ -32,14 +33,55 @@ def visible(text: str) -> str:
     return text.replace("\n", "↵").replace("\t", "⇥").replace(" ", "·") or "∅"
 
 
-class TokenText(QTextEdit):
-    step_clicked = Signal(int)
+class TokenSpans(QTextEdit):
+    """Read-only text made of token spans: where each span starts, which span the mouse is over, and a tooltip
+    per span (`span_tooltip`, given by the subclass). Undo is off: spans are only ever appended."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setReadOnly(True)
         self.setUndoRedoEnabled(False)
         self.setMouseTracking(True)
+        self._starts: list[int] = []  # document position where each span starts
+
+    def clear_spans(self) -> None:
+        self.clear()
+        self._starts = []
+
+    def insert_span(self, cursor: QTextCursor, text: str, fmt: QTextCharFormat) -> None:
+        self._starts.append(cursor.position())
+        cursor.insertText(text, fmt)
+
+    def span_end(self, i: int) -> int:
+        return self._starts[i + 1] if i + 1 < len(self._starts) else self.document().characterCount() - 1
+
+    def span_at(self, pos: QPoint) -> int | None:
+        """The span under `pos` (viewport coordinates), or None off the text."""
+        cursor = self.cursorForPosition(pos)
+        rect = self.cursorRect(cursor)
+        if not self._starts or abs(rect.center().y() - pos.y()) > rect.height():
+            return None
+        i = bisect.bisect_right(self._starts, cursor.position()) - 1
+        return i if i >= 0 else None
+
+    def span_tooltip(self, i: int) -> str:
+        return ""
+
+    def mouseMoveEvent(self, e: QMouseEvent) -> None:  # noqa: N802 - Qt override
+        i = self.span_at(e.position().toPoint())
+        tip = self.span_tooltip(i) if i is not None else ""
+        if tip:
+            QToolTip.showText(e.globalPosition().toPoint(), tip, self)
+        else:
+            QToolTip.hideText()
+        super().mouseMoveEvent(e)
+
+
+class TokenText(TokenSpans):
+    step_clicked = Signal(int)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
         self.setPlaceholderText("Generated tokens appear here, shaded by probability. Press Ctrl+Enter.")
         self._formats = [self._format(i / (SHADES - 1)) for i in range(SHADES)]
         self._end_format = QTextCharFormat()
@@ -53,8 +95,7 @@ class TokenText(QTextEdit):
         return f
 
     def clear_run(self) -> None:
-        self.clear()
-        self._starts: list[int] = []  # document position where each shown token starts
+        self.clear_spans()
         self._step_of: list[int] = []  # the step index of each shown token
         self._traces: dict[int, object] = {}
         self._selected: int | None = None
@@ -70,10 +111,9 @@ class TokenText(QTextEdit):
                 self._traces[s.step] = s.trace
             if not s.text:
                 continue
-            self._starts.append(cursor.position())
             self._step_of.append(s.step)
             p = s.trace.prob if s.trace is not None else 1.0
-            cursor.insertText(s.text, self._formats[round(p * (SHADES - 1))])
+            self.insert_span(cursor, s.text, self._formats[round(p * (SHADES - 1))])
         cursor.endEditBlock()
         if at_bottom:
             bar.setValue(bar.maximum())
@@ -86,15 +126,8 @@ class TokenText(QTextEdit):
         cursor.insertText(label, self._end_format)
 
     def step_at(self, pos: QPoint) -> int | None:
-        p = self.cursorForPosition(pos).position()
-        rect = self.cursorRect(self.cursorForPosition(pos))
-        if not self._starts or abs(rect.center().y() - pos.y()) > rect.height():
-            return None
-        i = bisect.bisect_right(self._starts, p) - 1
-        if i < 0:
-            return None
-        end = self._starts[i + 1] if i + 1 < len(self._starts) else self._starts[i] + 10**9
-        return self._step_of[i] if p < end else None
+        i = self.span_at(pos)
+        return self._step_of[i] if i is not None else None
 
     def select(self, step: int | None) -> None:
         self._selected = step
@@ -103,8 +136,7 @@ class TokenText(QTextEdit):
         if 0 <= i < len(self._step_of) and self._step_of[i] == step:
             cur = QTextCursor(self.document())
             cur.setPosition(self._starts[i])
-            end = self._starts[i + 1] if i + 1 < len(self._starts) else self.document().characterCount() - 1
-            cur.setPosition(end, QTextCursor.MoveMode.KeepAnchor)
+            cur.setPosition(self.span_end(i), QTextCursor.MoveMode.KeepAnchor)
             sel = QTextEdit.ExtraSelection()
             sel.cursor = cur
             sel.format.setFontUnderline(True)
@@ -113,6 +145,9 @@ class TokenText(QTextEdit):
             sel.format.setFontWeight(700)
             sels.append(sel)
         self.setExtraSelections(sels)
+
+    def span_tooltip(self, i: int) -> str:
+        return self.tooltip_for(self._step_of[i])
 
     def tooltip_for(self, step: int) -> str:
         t = self._traces.get(step)
@@ -127,14 +162,6 @@ class TokenText(QTextEdit):
             rows.append(f"{mark}<code>{html.escape(visible(t.top_texts[i]))}</code> {rp:.3f}"
                         + (f" <span style='color:gray'>cut by {cut}</span>" if cut else ""))
         return "<br>".join(rows)
-
-    def mouseMoveEvent(self, e: QMouseEvent) -> None:  # noqa: N802 - Qt override
-        step = self.step_at(e.position().toPoint())
-        if step is None:
-            QToolTip.hideText()
-        else:
-            QToolTip.showText(e.globalPosition().toPoint(), self.tooltip_for(step), self)
-        super().mouseMoveEvent(e)
 
     def mousePressEvent(self, e: QMouseEvent) -> None:  # noqa: N802 - Qt override
         step = self.step_at(e.position().toPoint())
