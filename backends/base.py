@@ -1,8 +1,8 @@
 """The backend interface: what every framework implementation offers the generation core.
 
-A `Backend` loads a local Hugging Face-format folder into a `LoadedModel`: a tokenizer, a `ModelInfo`, a KV
-cache, `forward` (logits of the last position), `trim`, and the array-ops shim the sampler runs on.
-Resolving hub ids, caches and downloads is the core's job; this package never imports `app`.
+A `Backend` loads a local Hugging Face-format folder into a `LoadedModel`: a tokenizer, a `ModelInfo`, KV
+caches that can be trimmed to a prefix and forked into rows, a batched `forward`, and the array-ops shim the
+sampler runs on. Resolving hub ids, caches and downloads is the core's job; this package never imports `app`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
+
+Positions = Literal["last", "all"]
 
 
 class ModelLoadError(RuntimeError):
@@ -84,19 +86,53 @@ class Tokenizer(Protocol):
 
 
 class LoadedModel(Protocol):
+    """A loaded model and its caches. Everything runs on the thread that loaded it.
+
+    A cache holds B rows of equal length (the batch size is set by the first `forward` into it; feeding it
+    another batch size is a ValueError). `forward` takes tokens of shape (B, T): a nested list, a numpy integer
+    array or this framework's own integer array (what the sampler drew, still on the device: it is not read
+    back to the host). It returns float32 logits, (B, V) for `positions="last"` and (B, T, V) for "all", as
+    the array type of `ops` (numpy for torch on a CPU, a torch tensor on a GPU, an mx.array on MLX). Lazy or
+    asynchronous frameworks return before the logits are computed.
+    """
+
     tokenizer: Tokenizer
     info: ModelInfo
     ops: Any  # the ArrayOps of this framework
 
-    def new_cache(self) -> Any: ...
-    def forward(self, tokens: Sequence[int], cache: Any) -> Any: ...  # (V,) logits of the last position
-    def trim(self, cache: Any, n: int) -> None: ...  # drop the last n positions
+    def new_cache(self) -> Any: ...  # empty, batch size not yet set
+    def forward(self, tokens: Any, cache: Any, positions: Positions = "last") -> Any: ...  # appends T to the cache
+    def cache_len(self, cache: Any) -> int: ...  # positions each row holds
+    def trim(self, cache: Any, n: int) -> None: ...  # drop the last n positions of every row, in place
+    def fork(self, cache: Any, n: int) -> Any: ...  # a new cache: n copies of a batch-1 cache, which stays usable
     def cache_bytes(self, cache: Any) -> int: ...
     def close(self) -> None: ...
 
 
 class Backend(Protocol):
     name: str
+    # The thread that ran this framework must never exit (the model thread parks it instead): with mlx 0.32.4 a
+    # thread that ran MLX sometimes aborts the process as it exits.
+    park_thread_on_exit: bool
 
     def available(self) -> bool: ...
     def load(self, path: Path, options: LoadOptions) -> LoadedModel: ...
+
+
+def check_forward(shape: Sequence[int], positions: str) -> None:
+    """The arguments every `forward` accepts: (B, T) tokens with B, T >= 1, and "last" or "all"."""
+    if len(shape) != 2 or shape[0] < 1 or shape[1] < 1:
+        raise ValueError(f"tokens must be (batch, positions), at least one of each; got shape {tuple(shape)}")
+    if positions not in ("last", "all"):
+        raise ValueError(f'positions must be "last" or "all", got {positions!r}')
+
+
+def check_rows(rows: int, batch: int) -> None:
+    """A cache of `rows` rows (0: none yet) takes a forward of `batch` rows only if they are equal."""
+    if rows and rows != batch:
+        raise ValueError(f"a {rows}-row cache cannot take a batch of {batch}: start a new cache, or fork one")
+
+
+def check_fork(rows: int) -> None:
+    if rows > 1:
+        raise ValueError(f"fork copies a 1-row cache; this one has {rows} rows")

@@ -1,12 +1,13 @@
 """MLX / mlx-lm backend: mlx-lm's own loader and prompt caches; quantize on load (4 or 8 bits) if asked.
 
 Imported lazily (it imports mlx). MLX streams are thread-local: load, forward and free on the one thread
-that owns the model (the core's model thread does exactly that).
+that owns the model (the core's model thread does exactly that). mlx-lm's models take (B, T) natively; a
+cache is mlx-lm's list of per-layer caches, whose arrays carry the batch on axis 0.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import copy
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -15,8 +16,8 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from backends.base import LoadOptions, ModelInfo, ModelLoadError
-from backends.checks import check_folder, kv_bytes_per_token
+from backends.base import LoadOptions, ModelInfo, ModelLoadError, Positions, check_fork, check_forward, check_rows
+from backends.checks import ConfigShape, check_folder
 from backends.hf_tokenizer import HFTokenizer, load_tokenizer
 
 DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
@@ -121,22 +122,35 @@ class MlxModel:
 
         return make_prompt_cache(self.model)
 
-    def forward(self, tokens: Sequence[int] | mx.array, cache: list[Any], all_logits: bool = False) -> mx.array:
-        ids = tokens if isinstance(tokens, mx.array) else mx.array(list(tokens))
-        ids = ids.reshape(1, -1)
+    def forward(self, tokens: Any, cache: list[Any], positions: Positions = "last") -> mx.array:
+        ids = tokens if isinstance(tokens, mx.array) else mx.array(np.asarray(tokens, dtype=np.int32))
+        check_forward(ids.shape, positions)
+        check_rows(_rows(cache), ids.shape[0])
         with mx.stream(self.stream):
-            if not all_logits and ids.shape[1] > 1:  # as mlx-lm: fill the cache, skip the head's other rows
+            if positions == "last" and ids.shape[1] > 1:  # as mlx-lm: fill the cache, skip the head's other rows
                 self.model(ids[:, :-1], cache=cache)
                 mx.eval([c.state for c in cache])
                 ids = ids[:, -1:]
-            logits = self.model(ids, cache=cache)[0]
-        return logits.astype(mx.float32) if all_logits else logits[-1].astype(mx.float32)
+            logits = self.model(ids, cache=cache)  # (B, T, V)
+            return logits.astype(mx.float32) if positions == "all" else logits[:, -1].astype(mx.float32)
+
+    def cache_len(self, cache: list[Any]) -> int:
+        return next((c.offset for c in cache if hasattr(c, "offset")), 0)
 
     def trim(self, cache: list[Any], n: int) -> None:
         from mlx_lm.models.cache import trim_prompt_cache
 
         if n > 0:
             trim_prompt_cache(cache, n)
+
+    def fork(self, cache: list[Any], n: int) -> list[Any]:
+        """Fresh arrays for every row: mlx-lm's caches write into their arrays by slice assignment, so a fork
+        that shared an array object with its parent would write into the parent."""
+        check_fork(_rows(cache))
+        with mx.stream(self.stream):
+            forked = [_fork_value(c, n) for c in cache]
+            mx.eval([c.state for c in forked])
+        return forked
 
     def cache_bytes(self, cache: list[Any]) -> int:
         return sum(c.nbytes for c in cache)
@@ -149,6 +163,7 @@ class MlxModel:
 
 class MlxBackend:
     name = "mlx"
+    park_thread_on_exit = True  # mlx 0.32.4: a thread that ran MLX sometimes aborts the process as it exits
 
     def available(self) -> bool:
         return True
@@ -201,24 +216,43 @@ def quantize(model: nn.Module, bits: int, group_size: int) -> dict:
 def make_info(path: Path, config: dict, model: nn.Module, quant: dict | None) -> ModelInfo:
     from mlx.utils import tree_flatten
 
-    text = config.get("text_config", config)
-    heads = text.get("num_attention_heads", 0)
-    hidden = text.get("hidden_size", 0)
-    head_dim = text.get("head_dim") or (hidden // heads if heads else 0)
-    kv_heads = text.get("num_key_value_heads") or heads
+    shape = ConfigShape.from_config(config)
     leaves = tree_flatten(model.parameters())
     weight_bytes = sum(v.nbytes for _, v in leaves)
     params = parameter_count(leaves, quant)
     act = next((v.dtype for k, v in leaves if k.endswith("norm.weight")), mx.float32)
     return ModelInfo(
         name=path.name, backend="mlx", architecture=(config.get("architectures") or [config.get("model_type")])[0],
-        parameters=params, layers=text.get("num_hidden_layers", 0), heads=heads, kv_heads=kv_heads,
-        head_dim=head_dim, hidden_size=hidden, vocab_size=text.get("vocab_size", 0),
-        context_length=text.get("max_position_embeddings", 0) or 0, dtype=str(act).removeprefix("mlx.core."),
-        device=str(mx.default_device()), quantization=f"{quant['bits']}-bit, group {quant['group_size']}"
-        if quant else None, weight_bytes=weight_bytes,
-        kv_bytes_per_token=kv_bytes_per_token(text.get("num_hidden_layers", 0), kv_heads, head_dim, act.size),
+        parameters=params, layers=shape.layers, heads=shape.heads, kv_heads=shape.kv_heads,
+        head_dim=shape.head_dim, hidden_size=shape.hidden, vocab_size=shape.vocab, context_length=shape.context,
+        dtype=str(act).removeprefix("mlx.core."), device=str(mx.default_device()),
+        quantization=f"{quant['bits']}-bit, group {quant['group_size']}" if quant else None,
+        weight_bytes=weight_bytes, kv_bytes_per_token=shape.kv_bytes_per_token(act.size),
     )
+
+
+def _rows(cache: list[Any]) -> int:
+    """Rows the cache holds (0 while empty), read from its first layer's keys (quantized: a tuple)."""
+    keys = getattr(cache[0], "keys", None) if cache else None
+    keys = keys[0] if isinstance(keys, tuple) else keys
+    return keys.shape[0] if isinstance(keys, mx.array) else 0
+
+
+def _fork_value(v: Any, n: int) -> Any:
+    """`v` with every array repeated n times along the batch axis (a copy even for n = 1), walking into lists,
+    tuples, dicts and nested caches; any other attribute (offsets, sizes) is copied as is."""
+    if isinstance(v, mx.array):
+        return mx.repeat(v, n, axis=0)
+    if isinstance(v, (list, tuple)):
+        return type(v)(_fork_value(x, n) for x in v)
+    if isinstance(v, dict):
+        return {k: _fork_value(x, n) for k, x in v.items()}
+    if hasattr(v, "is_trimmable"):  # an mlx-lm cache (of one layer, or a list of them)
+        out = copy.copy(v)
+        for k, x in vars(v).items():
+            setattr(out, k, _fork_value(x, n))
+        return out
+    return v
 
 
 def _nbytes(model: nn.Module) -> int:

@@ -1,4 +1,5 @@
-"""PyTorch / transformers backend: `AutoModelForCausalLM` with its `DynamicCache`, device cuda > mps > cpu.
+"""PyTorch / transformers backend: `AutoModelForCausalLM` with its `DynamicCache` (Llama-family models: the lean
+`FastLlama` forward and its `FastCache`), device cuda > mps > cpu.
 
 Imported lazily (it imports torch). Only safetensors load unless the user opts in to pickle weights, which
 then load with `weights_only=True`; `trust_remote_code` is passed explicitly (False unless opted in).
@@ -6,15 +7,15 @@ then load with `weights_only=True`; `trust_remote_code` is passed explicitly (Fa
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import copy
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from backends.base import LoadOptions, ModelInfo, ModelLoadError
-from backends.checks import check_folder, kv_bytes_per_token
+from backends.base import LoadOptions, ModelInfo, ModelLoadError, Positions, check_fork, check_forward, check_rows
+from backends.checks import ConfigShape, check_folder
 from backends.hf_tokenizer import HFTokenizer, load_tokenizer
 from backends.ops import NUMPY
 from backends.torch_fast import FastLlama, supports
@@ -145,22 +146,37 @@ class TorchModel:
         return self.fast.new_cache() if self.fast else DynamicCache(config=self.model.config)
 
     @torch.inference_mode()
-    def forward(self, tokens: Sequence[int] | torch.Tensor, cache: Any, all_logits: bool = False) -> Any:
+    def forward(self, tokens: Any, cache: Any, positions: Positions = "last") -> Any:
         if self.fast is not None:
-            logits = self.fast.forward(tokens, cache, all_logits)
+            logits = self.fast.forward(tokens, cache, positions)
         else:
-            ids = torch.as_tensor(tokens, dtype=torch.long, device=self.device).reshape(1, -1)
+            ids = torch.as_tensor(tokens, dtype=torch.long, device=self.device)
+            check_forward(ids.shape, positions)
+            check_rows(_rows(cache), ids.shape[0])
             out = self.model(input_ids=ids, past_key_values=cache, use_cache=True,
-                             logits_to_keep=0 if all_logits else 1)
-            logits = out.logits[0].float() if all_logits else out.logits[0, -1].float()
+                             logits_to_keep=0 if positions == "all" else 1)
+            logits = out.logits.float() if positions == "all" else out.logits[:, -1].float()
         return logits.numpy() if self.ops is NUMPY else logits
+
+    def cache_len(self, cache: Any) -> int:
+        return cache.get_seq_length()
 
     def trim(self, cache: Any, n: int) -> None:
         if n > 0:
             if self.fast is not None:
                 self.fast.trim(cache, n)
-            else:
-                cache.crop(cache.get_seq_length() - n)
+            else:  # a negative count removes that many positions (a positive one is refused by transformers 5)
+                cache.crop(-min(n, cache.get_seq_length()))
+
+    @torch.inference_mode()
+    def fork(self, cache: Any, n: int) -> Any:
+        if self.fast is not None:
+            return self.fast.fork(cache, n)
+        check_fork(_rows(cache))
+        forked = copy.deepcopy(cache)  # every layer's tensors copied, whatever kind of layer it is
+        if n > 1:
+            forked.batch_repeat_interleave(n)
+        return forked
 
     def cache_bytes(self, cache: Any) -> int:
         if self.fast is not None:
@@ -180,6 +196,7 @@ class TorchModel:
 
 class TorchBackend:
     name = "torch"
+    park_thread_on_exit = False
 
     def available(self) -> bool:
         return True
@@ -210,19 +227,19 @@ def first_line(e: BaseException) -> str:
 
 
 def make_info(path: Path, config: dict, model: Any, device: torch.device, dtype: torch.dtype) -> ModelInfo:
-    c = model.config
-    heads = c.num_attention_heads
-    head_dim = getattr(c, "head_dim", None) or c.hidden_size // heads
-    kv_heads = getattr(c, "num_key_value_heads", None) or heads
+    shape = ConfigShape.from_config(model.config.to_dict())  # the loaded config: its defaults filled in
     params = sum(p.numel() for p in model.parameters())
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    dname = str(dtype).removeprefix("torch.")
     return ModelInfo(
-        name=path.name, backend="torch", architecture=(config.get("architectures") or [c.model_type])[0],
-        parameters=params, layers=c.num_hidden_layers, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
-        hidden_size=c.hidden_size, vocab_size=c.vocab_size,
-        context_length=getattr(c, "max_position_embeddings", 0) or 0, dtype=dname, device=str(device),
-        quantization=None, weight_bytes=weight_bytes,
-        kv_bytes_per_token=kv_bytes_per_token(c.num_hidden_layers, kv_heads, head_dim, dtype.itemsize),
+        name=path.name, backend="torch", architecture=(config.get("architectures") or [model.config.model_type])[0],
+        parameters=params, layers=shape.layers, heads=shape.heads, kv_heads=shape.kv_heads,
+        head_dim=shape.head_dim, hidden_size=shape.hidden, vocab_size=shape.vocab, context_length=shape.context,
+        dtype=str(dtype).removeprefix("torch."), device=str(device), quantization=None, weight_bytes=weight_bytes,
+        kv_bytes_per_token=shape.kv_bytes_per_token(dtype.itemsize),
     )
 
+
+def _rows(cache: Any) -> int:
+    """Rows a transformers cache holds (0 while empty)."""
+    keys = next((getattr(layer, "keys", None) for layer in getattr(cache, "layers", [])), None)
+    return keys.shape[0] if isinstance(keys, torch.Tensor) and keys.numel() else 0

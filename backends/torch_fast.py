@@ -1,10 +1,11 @@
 """A lean forward for Llama-family models on torch, over the transformers model's own weights (as gpt-fast).
 
 Per decode step transformers spends most of its time outside the arithmetic on small models (module calls,
-mask building, `torch.cat` into a growing cache). Here: one preallocated KV buffer per layer that grows by
-doubling, RoPE tables taken from the model's own rotary module (so every RoPE variant it supports is right),
-SDPA with grouped KV heads, and nothing else. Used only for plain decoder configs (`supports`); everything
-else runs through transformers. Tested for logit parity against the transformers forward.
+mask building, `torch.cat` into a growing cache). Here: one preallocated KV buffer per layer, (B, kv_heads,
+capacity, head_dim), that grows by doubling, RoPE tables taken from the model's own rotary module (so every
+RoPE variant it supports is right), SDPA with grouped KV heads, and nothing else. The rows of a batch are of
+equal length (no padding): activations run as (B·T, hidden), attention per row. Used only for plain decoder
+configs (`supports`); everything else runs through transformers. Tested for logit parity against transformers.
 
 Weights are stored input-major, (in, out), and multiplied as `x @ w`: on a CPU a decode step is one
 matrix-vector product per weight, and BLAS reads this layout ~1.35x faster than `F.linear`'s (out, in)
@@ -14,12 +15,13 @@ storage, so the weights exist once; on a GPU the layout is left as is (a transpo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.nn.functional as F  # noqa: N812 - the usual name
+
+from backends.base import Positions, check_fork, check_forward, check_rows
 
 FAST_TYPES = {"llama", "mistral", "qwen2"}
 
@@ -43,12 +45,16 @@ class Weights(torch.nn.Module):
 
 @dataclass
 class FastCache:
-    k: list[torch.Tensor] = field(default_factory=list)  # per layer (kv_heads, capacity, head_dim)
+    k: list[torch.Tensor] = field(default_factory=list)  # per layer (B, kv_heads, capacity, head_dim)
     v: list[torch.Tensor] = field(default_factory=list)
-    pos: int = 0
+    pos: int = 0  # positions every row holds; the buffers past it are stale
 
     def get_seq_length(self) -> int:
         return self.pos
+
+    @property
+    def rows(self) -> int:
+        return self.k[0].shape[0] if self.k else 0  # 0: no forward yet, the batch size is not set
 
 
 class FastLlama:
@@ -120,77 +126,89 @@ class FastLlama:
     def new_cache(self) -> FastCache:
         return FastCache()
 
-    def _reserve(self, cache: FastCache, need: int) -> None:
-        cap = cache.k[0].shape[1] if cache.k else 0
+    def _reserve(self, cache: FastCache, rows: int, need: int) -> None:
+        check_rows(cache.rows, rows)
+        cap = cache.k[0].shape[2] if cache.k else 0
         if need <= cap:
             return
-        new = min(self.max_len, max(need, 2 * cap, 256, self.static_len or 0))
-        shape = (self.kv_heads, new, self.head_dim)
+        if self.static_len and need <= self.static_len:
+            new = self.static_len  # exactly: the compiled step runs only on buffers of the static length
+        else:
+            new = min(self.max_len, max(need, 2 * cap, 256))
+        shape = (rows, self.kv_heads, new, self.head_dim)
         for store in (cache.k, cache.v):
             for i in range(len(self.w.layers)):
                 # zeros, not empty: the static step attends over the whole buffer, masked past `pos`, and a
                 # masked-out NaN left in uninitialized memory still poisons the sum (0 * NaN)
                 buf = torch.zeros(shape, device=self.device, dtype=self.dtype)
                 if store and i < len(store):
-                    buf[:, : cache.pos] = store[i][:, : cache.pos]
+                    buf[:, :, : cache.pos] = store[i][:, :, : cache.pos]
                     store[i] = buf
                 else:
                     store.append(buf)
 
     @torch.inference_mode()
-    def forward(self, tokens: Sequence[int] | torch.Tensor, cache: FastCache, all_logits: bool = False) -> Any:
-        ids = torch.as_tensor(tokens, dtype=torch.long, device=self.device).reshape(-1)
-        t, p = ids.shape[0], cache.pos
+    def forward(self, tokens: Any, cache: FastCache, positions: Positions = "last") -> torch.Tensor:
+        """(B, T) tokens -> float32 logits, (B, V) for "last", (B, T, V) for "all"."""
+        ids = torch.as_tensor(tokens, dtype=torch.long, device=self.device)
+        check_forward(ids.shape, positions)
+        (b, t), p = ids.shape, cache.pos
         if p + t > self.max_len:
             raise ValueError(f"the context holds {self.max_len} tokens")
-        self._reserve(cache, p + t)
-        if self._compiled is not None and t == 1 and not all_logits and cache.k[0].shape[1] == self.static_len:
+        self._reserve(cache, b, p + t)
+        if (self._compiled is not None and b == t == 1 and positions == "last"
+                and cache.k[0].shape[2] == self.static_len):  # other batch sizes would compile again: eager
             cache.pos = p + 1
             return self._compiled(ids, torch.tensor(p, device=ids.device), cache.k, cache.v)
         w = self.w
-        x = F.embedding(ids, w.embed)  # (t, hidden)
+        x = F.embedding(ids.reshape(-1), w.embed)  # (b * t, hidden)
         cos, sin = w.cos[p : p + t], w.sin[p : p + t]
         mask = None
         if t > 1:  # prefill: causal over the new tokens, everything before them visible
             mask = torch.ones(t, p + t, dtype=torch.bool, device=x.device).tril(p)
         for i, layer in enumerate(w.layers):
-            q, k, v = self._qkv(layer, F.rms_norm(x, (x.shape[-1],), layer.ln1, self.eps), cos, sin)
-            cache.k[i][:, p : p + t] = k
-            cache.v[i][:, p : p + t] = v
-            x = x + self._attend(layer, q, cache.k[i][:, : p + t], cache.v[i][:, : p + t], mask)
+            q, k, v = self._qkv(layer, F.rms_norm(x, (x.shape[-1],), layer.ln1, self.eps), b, cos, sin)
+            cache.k[i][:, :, p : p + t] = k
+            cache.v[i][:, :, p : p + t] = v
+            x = x + self._attend(layer, q, cache.k[i][:, :, : p + t], cache.v[i][:, :, : p + t], mask)
             x = x + self._mlp(layer, x)
         cache.pos = p + t
-        x = F.rms_norm(x if all_logits else x[-1:], (x.shape[-1],), w.norm, self.eps)
-        logits = (x @ w.lm_head).float()
-        return logits if all_logits else logits[0]
+        if positions == "last":
+            x = x.view(b, t, -1)[:, -1]  # (b, hidden)
+        logits = (F.rms_norm(x, (x.shape[-1],), w.norm, self.eps) @ w.lm_head).float()
+        return logits.view(b, t, -1) if positions == "all" else logits
 
     def decode_static(self, w: Weights, ids: torch.Tensor, pos: torch.Tensor, ks: list[torch.Tensor],
                       vs: list[torch.Tensor]) -> torch.Tensor:
-        """One decode step over fixed-size KV buffers (masked past `pos`): fixed shapes, so it compiles once."""
-        x = F.embedding(ids, w.embed)
+        """One decode step of (B, 1) tokens over fixed-size KV buffers (masked past `pos`): fixed shapes, so it
+        compiles once. Returns (B, V)."""
+        b = ids.shape[0]
+        x = F.embedding(ids.reshape(-1), w.embed)  # (b, hidden)
         cos, sin = w.cos.index_select(0, pos[None]), w.sin.index_select(0, pos[None])
-        mask = (torch.arange(ks[0].shape[1], device=ids.device) <= pos)[None]
+        mask = (torch.arange(ks[0].shape[2], device=ids.device) <= pos)[None]
         for i, layer in enumerate(w.layers):
-            q, k, v = self._qkv(layer, F.rms_norm(x, (x.shape[-1],), layer.ln1, self.eps), cos, sin)
-            ks[i].index_copy_(1, pos[None], k)
-            vs[i].index_copy_(1, pos[None], v)
+            q, k, v = self._qkv(layer, F.rms_norm(x, (x.shape[-1],), layer.ln1, self.eps), b, cos, sin)
+            ks[i].index_copy_(2, pos[None], k)
+            vs[i].index_copy_(2, pos[None], v)
             x = x + self._attend(layer, q, ks[i], vs[i], mask)
             x = x + self._mlp(layer, x)
-        return (F.rms_norm(x, (x.shape[-1],), w.norm, self.eps) @ w.lm_head).float()[0]
+        return (F.rms_norm(x, (x.shape[-1],), w.norm, self.eps) @ w.lm_head).float()
 
-    def _qkv(self, layer: Weights, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        t, hd, nq, nkv = h.shape[0], self.head_dim, self.heads, self.kv_heads
+    def _qkv(self, layer: Weights, h: torch.Tensor, b: int, cos: torch.Tensor,
+             sin: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """(b * t, hidden) rows -> q (b, heads, t, head_dim), k and v (b, kv_heads, t, head_dim)."""
+        t, hd, nq, nkv = h.shape[0] // b, self.head_dim, self.heads, self.kv_heads
         q, k, v = _mm(h, layer.qkv, layer.qkv_bias).split([nq * hd, nkv * hd, nkv * hd], dim=-1)
-        q = _rope(q.view(t, nq, hd).transpose(0, 1), cos, sin)  # (heads, t, head_dim)
-        k = _rope(k.view(t, nkv, hd).transpose(0, 1), cos, sin)
-        return q, k, v.view(t, nkv, hd).transpose(0, 1)
+        q = _rope(q.view(b, t, nq, hd).transpose(1, 2), cos, sin)
+        k = _rope(k.view(b, t, nkv, hd).transpose(1, 2), cos, sin)
+        return q, k, v.view(b, t, nkv, hd).transpose(1, 2)
 
     def _attend(self, layer: Weights, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                 mask: torch.Tensor | None) -> torch.Tensor:
-        out = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask,
-                                             scale=self.scaling, enable_gqa=self.heads != self.kv_heads)
-        t = q.shape[1]
-        return _mm(out[0].transpose(0, 1).reshape(t, self.heads * self.head_dim), layer.o, layer.o_bias)
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.scaling,
+                                             enable_gqa=self.heads != self.kv_heads)  # (b, heads, t, head_dim)
+        b, t = q.shape[0], q.shape[2]
+        return _mm(out.transpose(1, 2).reshape(b * t, self.heads * self.head_dim), layer.o, layer.o_bias)
 
     def _mlp(self, layer: Weights, x: torch.Tensor) -> torch.Tensor:
         gate, up = (F.rms_norm(x, (x.shape[-1],), layer.ln2, self.eps) @ layer.gate_up).chunk(2, dim=-1)
@@ -198,6 +216,13 @@ class FastLlama:
 
     def trim(self, cache: FastCache, n: int) -> None:
         cache.pos = max(0, cache.pos - n)
+
+    @torch.inference_mode()
+    def fork(self, cache: FastCache, n: int) -> FastCache:
+        """n rows, each a copy of the batch-1 `cache` (buffers are written in place: copies, never views)."""
+        check_fork(cache.rows)
+        return FastCache([k.repeat(n, 1, 1, 1) for k in cache.k], [v.repeat(n, 1, 1, 1) for v in cache.v],
+                         cache.pos)
 
     def cache_bytes(self, cache: FastCache) -> int:
         return sum(b.numel() * b.element_size() for b in (*cache.k, *cache.v))

@@ -1,10 +1,11 @@
-"""The sampler pipeline: penalties, then small `logits -> logits` stages in the chosen order, then a draw.
+"""The sampler pipeline: penalties, then small stages in the chosen order, then a draw.
 
 Written once against `ArrayOps`, so the same definition runs on numpy (the reference), mlx and torch.
-A stage cuts a token by setting its logit to -inf. The draw is an inverse CDF over the final distribution
-with one uniform number from the run's seeded generator, so a seed gives the same tokens on every backend
-and a recorded step can be re-drawn under other settings. `sample` also records, for the top-N raw
-candidates, what each stage kept: the exact distribution the token was drawn from.
+A stage takes logits and returns a `Cut`: the logits it left (a cut token's logit is -inf) and where it cut.
+The draw is an inverse CDF over the final distribution with one uniform number from the run's seeded
+generator, so a seed gives the same tokens on every backend and a recorded step can be re-drawn under other
+settings. `sample` also records what every stage received, left, kept and cut at, for the top-N raw
+candidates (a `Sample`, defined in trace.py): views draw that record and compute no stage themselves.
 """
 
 from __future__ import annotations
@@ -12,46 +13,61 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from functools import lru_cache, partial
+from functools import cached_property, lru_cache, partial
+from typing import NamedTuple
 
 import numpy as np
 
 from app.core.settings import SamplerSettings, StageOrder
+from app.core.trace import Sample
 from backends.ops import NUMPY, Array, ArrayOps
 
 NEG_INF = float("-inf")
+NAN = float("nan")
 LOGIT_LIMIT = 1e9  # raw logits are clipped here: NaN/-huge become -inf, +inf becomes this
 SCALED_LIMIT = 1e30  # after temperature
 U_MAX = 1 - 2**-23
 RECORD_K = 256  # raw logits kept per step for re-sampling without the model
 
-Stage = tuple[str, Callable[[ArrayOps, Array], Array]]
+
+
+class Cut(NamedTuple):
+    """What a stage left, and where it cut for the record (`_threshold` puts it in probability space)."""
+
+    x: Array  # (V,) logits; a cut token's is -inf
+    line: Array | None = None  # top-k, min-p: the lowest logit kept, in the stage's input
+    mass: float | None = None  # top-p: the cumulative probability it cut at
+    order: tuple[Array, Array] | None = None  # top-p: its input sorted descending and the running mass (V,)
+
+
+Stage = tuple[str, Callable[[ArrayOps, Array], Cut]]
 
 
 class NoValidTokenError(RuntimeError):
     """The model gave no finite logit (NaN/inf everywhere): nothing can be sampled."""
 
 
-def apply_temperature(ops: ArrayOps, x: Array, t: float) -> Array:
+def apply_temperature(ops: ArrayOps, x: Array, t: float) -> Cut:
     if t == 0:
-        return apply_top_k(ops, x, 1)  # greedy: the top token, ties to the lowest id
+        return Cut(apply_top_k(ops, x, 1).x)  # greedy: the top token, ties to the lowest id
     y = ops.minimum(ops.maximum(x / t, -SCALED_LIMIT), SCALED_LIMIT)
-    return ops.where(ops.isfinite(x), y, NEG_INF)
+    return Cut(ops.where(ops.isfinite(x), y, NEG_INF))
 
 
-def apply_top_k(ops: ArrayOps, x: Array, k: int) -> Array:
+def apply_top_k(ops: ArrayOps, x: Array, k: int) -> Cut:
     """Keep exactly k tokens (fewer only if fewer are finite); ties at the k-th value go to lower ids."""
-    return keep_first(ops, x, ops.max(x) if k == 1 else ops.kth_largest(x, k), k)
+    kth = ops.max(x) if k == 1 else ops.kth_largest(x, k)
+    return Cut(keep_first(ops, x, kth, k), line=kth)
 
 
-def apply_top_p(ops: ArrayOps, x: Array, p: float) -> Array:
+def apply_top_p(ops: ArrayOps, x: Array, p: float) -> Cut:
     """Keep the smallest prefix of the most likely tokens whose mass reaches p (at least one token)."""
     sorted_x = ops.sort_desc(x)  # values only: the prefix is then cut by value, without an argsort + scatter
     e = ops.exp(sorted_x - sorted_x[0])  # the first is the largest
     sorted_p = e / ops.sum(e)
-    before = ops.cumsum(sorted_p) - sorted_p  # mass strictly before each position
-    n = ops.sum((before < max(p, 1e-30)) & ops.isfinite(sorted_x))
-    return keep_first(ops, x, ops.take(sorted_x, ops.maximum(n - 1, 0)), n)
+    cdf = ops.cumsum(sorted_p)
+    n = ops.sum((cdf - sorted_p < max(p, 1e-30)) & ops.isfinite(sorted_x))  # by the mass strictly before each
+    return Cut(keep_first(ops, x, ops.take(sorted_x, ops.maximum(n - 1, 0)), n), mass=p, order=(sorted_x, cdf))
 
 
 def keep_first(ops: ArrayOps, x: Array, kth: Array, n: Array | int) -> Array:
@@ -62,9 +78,10 @@ def keep_first(ops: ArrayOps, x: Array, kth: Array, n: Array | int) -> Array:
     return ops.where(above | (tied & (ops.count_cumsum(tied) <= room)), x, NEG_INF)
 
 
-def apply_min_p(ops: ArrayOps, x: Array, m: float) -> Array:
+def apply_min_p(ops: ArrayOps, x: Array, m: float) -> Cut:
     """Keep tokens whose probability is at least m times the top token's."""
-    return ops.where(x >= ops.max(x) + math.log(m), x, NEG_INF)
+    line = ops.max(x) + math.log(m)
+    return Cut(ops.where(x >= line, x, NEG_INF), line=line)
 
 
 def make_stages(s: SamplerSettings, vocab: int) -> list[Stage]:
@@ -117,15 +134,22 @@ def sanitize(ops: ArrayOps, logits: Array) -> Array:
 
 
 class Dist:
-    """softmax(x) computed stably: shifted by the max, normalized by the sum (exact even for huge logits)."""
+    """softmax(x) computed stably: shifted by the max, normalized by the sum (exact even for huge logits).
+    `p` over the whole vocabulary is made only when asked for; `at` gives the same values at a few ids."""
 
     def __init__(self, ops: ArrayOps, x: Array) -> None:
         self.ops, self.m = ops, ops.max(x)
         self.xm = x - self.m
-        e = ops.exp(self.xm)
-        z = ops.sum(e)
-        self.log_z = ops.log(z)
-        self.p = e / z
+        self.e = ops.exp(self.xm)
+        self.z = ops.sum(self.e)
+        self.log_z = ops.log(self.z)
+
+    @cached_property
+    def p(self) -> Array:
+        return self.e / self.z
+
+    def at(self, idx: Array) -> Array:
+        return self.ops.take(self.e, idx) / self.z
 
     def logprob(self, idx: Array) -> Array:
         return self.ops.take(self.xm, idx) - self.log_z
@@ -136,33 +160,6 @@ class Dist:
 
     def entropy(self) -> Array:
         return self.log_z - self.ops.sum(self.p * self.ops.where(self.p > 0, self.xm, 0.0))
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One step's outcome on the host. Arrays over the top-N raw candidates are (N,) or (stages, N)."""
-
-    token: int
-    prob: float  # in the final distribution
-    raw_logprob: float
-    rank: int  # 0-based, in the raw distribution
-    entropy: float  # of the raw distribution (nats)
-    final_entropy: float
-    stage_names: tuple[str, ...]
-    kept_counts: np.ndarray  # (stages,)
-    top_ids: np.ndarray  # (RECORD_K,) raw order, descending
-    top_logits: np.ndarray  # (RECORD_K,) sanitized raw logits
-    raw_lse: float  # logsumexp of all raw logits
-    final_probs: np.ndarray  # (N,)
-    kept: np.ndarray  # (stages, N) bool
-    u: float
-
-    def cut_by(self, i: int) -> str | None:
-        """The first stage that cut top candidate i, or None if it was kept."""
-        for name, kept in zip(self.stage_names, self.kept[:, i], strict=True):
-            if not kept:
-                return name
-        return None
 
 
 def sample(
@@ -208,13 +205,12 @@ class PendingSample:
             host = list(self.host_record(host[0]))
         if len(host) == 2:
             return token
-        _, sc, counts, ids, vals, final, kept = host
-        return Sample(
-            token=token, prob=float(sc[1]), raw_logprob=float(sc[2]), rank=int(sc[3]),
-            entropy=max(0.0, float(sc[4])), final_entropy=max(0.0, float(sc[5])),
-            stage_names=self.stage_names,
-            kept_counts=counts.astype(np.int64), top_ids=ids.astype(np.int64), top_logits=vals.astype(np.float32),
-            raw_lse=float(sc[6]), final_probs=final.astype(np.float32), kept=kept.astype(bool), u=self.u,
+        _, sc, counts, ids, vals, probs, kept, lines, *cumulative = host
+        return Sample.record(
+            token=token, rank=int(sc[3]), u=self.u, stage_names=self.stage_names, top_ids=ids, top_logits=vals,
+            probs=probs, kept=kept, thresholds=lines, kept_counts=counts,
+            top_p_cumulative=cumulative[0] if cumulative else None, prob=sc[1], raw_logprob=sc[2],
+            entropy=max(0.0, float(sc[4])), final_entropy=max(0.0, float(sc[5])), raw_lse=sc[6],
         )
 
 
@@ -258,19 +254,20 @@ def _pipeline(settings: SamplerSettings) -> SamplerSettings:
 @lru_cache(maxsize=64)
 def _step_function(ops: ArrayOps, settings: SamplerSettings, vocab: int, top_n: int, record: bool,
                    penalties: bool) -> tuple[Callable[..., tuple], tuple[str, ...], list[Stage]]:
-    """The device step, compiled where the executor can, the names of its stages and the stages (made once
-    per settings, not per step)."""
+    """The device step, compiled where the executor can, the names of its stages (penalties first when they
+    apply) and the stages (made once per settings, not per step)."""
     stages = make_stages(settings, vocab)
 
     def step(logits: Array, u: Array, *hist: Array) -> tuple:
         return _device_step(ops, stages, settings, top_n, record, logits, u, *hist)
 
-    return ops.compile(step), tuple(name for name, _ in stages), stages
+    names = ("penalties",) * penalties + tuple(name for name, _ in stages)
+    return ops.compile(step), names, stages
 
 
 def _device_step(ops, stages, s, top_n, record, logits, u, *hist) -> tuple:  # noqa: ANN001
     """Everything on the device and nothing on the host: pipeline, draw, history update, the record."""
-    raw, outs, final = _run_pipeline(ops, stages, s, logits, *hist)
+    raw, cuts, final = _run_pipeline(ops, stages, s, logits, *hist)
     cdf = ops.cumsum(final.p)
     # u is capped one float32 step below 1 so that u * total < total survives rounding: the first index where
     # the CDF passes u * total always exists and always has p > 0.
@@ -279,42 +276,82 @@ def _device_step(ops, stages, s, top_n, record, logits, u, *hist) -> tuple:  # n
     bumped = tuple(bump(ops, h, tok) for h in hist)
     if not record:
         return (tok, ops.stack([final.lse]), *bumped)
-    return (*_record(ops, raw, outs, final, tok, top_n), *bumped)
+    return (*_record(ops, raw, cuts, final, tok, top_n), *bumped)
 
 
 def _host_record(ops, stages, s, top_n, logits, hist, tok) -> tuple:  # noqa: ANN001
     """`_device_step`'s record on numpy, around the token the device drew."""
     host = [NUMPY.f32(ops.numpy(a)) for a in (logits, *hist)]
     with np.errstate(all="ignore"):
-        raw, outs, final = _run_pipeline(NUMPY, stages, s, *host)
-        return _record(NUMPY, raw, outs, final, tok.astype(np.int64), top_n)
+        raw, cuts, final = _run_pipeline(NUMPY, stages, s, *host)
+        return _record(NUMPY, raw, cuts, final, tok.astype(np.int64), top_n)
 
 
-def _run_pipeline(ops, stages, s, logits, *hist) -> tuple:  # noqa: ANN001
+def _run_pipeline(ops, stages, s, logits, *hist) -> tuple[Array, list[Cut], Dist]:  # noqa: ANN001
+    """The sanitized raw logits, each stage's cut in order (the penalties' first when `hist` is given), and the
+    final distribution."""
     raw = sanitize(ops, logits)
-    x = apply_penalties(ops, raw, s, *hist) if hist else raw
-    outs = []
+    cuts = [Cut(apply_penalties(ops, raw, s, *hist))] if hist else []
     for _, fn in stages:
-        x = fn(ops, x)
-        outs.append(x)
-    return raw, outs, Dist(ops, x)
+        cuts.append(fn(ops, cuts[-1].x if cuts else raw))
+    return raw, cuts, Dist(ops, cuts[-1].x)
 
 
-def _record(ops, raw, outs, final, tok, top_n) -> tuple:  # noqa: ANN001
-    """What the trace keeps of one step: top candidates, what each stage kept, the drawn token's numbers."""
+def _record(ops, raw, cuts, final, tok, top_n) -> tuple:  # noqa: ANN001
+    """What the trace keeps of one step: the drawn token's numbers, the top-K raw logits and, over the top-N raw
+    candidates, each stage's input and output probabilities, what it kept and its threshold."""
     vocab = raw.shape[0]
     rd = Dist(ops, raw)
     top_vals, top_ids = ops.topk(raw, min(RECORD_K, vocab))
-    ids_n = top_ids[:top_n]
-    kept = ops.stack([ops.isfinite(ops.take(o, ids_n)) for o in outs])
-    counts = ops.stack([ops.sum(ops.isfinite(o)) for o in outs])
+    ids = top_ids[:top_n]
+    inputs = [raw, *(c.x for c in cuts[:-1])]
+    dists = [rd, *(Dist(ops, x) for x in inputs[1:]), final]  # row s: stage s's input, row s + 1: its output
+    probs = ops.stack([d.at(ids) for d in dists])  # (S+1, N)
+    kept = ops.stack([ops.isfinite(ops.take(c.x, ids)) for c in cuts])  # (S, N)
+    counts = ops.stack([ops.sum(ops.isfinite(c.x)) for c in cuts])  # (S,)
+    lines = ops.stack([_threshold(ops, c, d) for c, d in zip(cuts, dists, strict=False)])  # (S,)
+    cumulative = [_cumulative(ops, c, x, ids) for c, x in zip(cuts, inputs, strict=True) if c.order is not None]
     raw_tok = ops.take(raw, tok)
     rank = ops.sum(raw > raw_tok) + ops.sum((raw == raw_tok) & (ops.arange(vocab) < tok))
     scalars = ops.stack([
-        ops.f32(tok[0]), ops.take(final.p, tok)[0], rd.logprob(tok)[0], ops.f32(rank),
+        ops.f32(tok[0]), final.at(tok)[0], rd.logprob(tok)[0], ops.f32(rank),
         rd.entropy(), final.entropy(), rd.lse, final.lse,
     ])
-    return (tok, scalars, counts, top_ids, top_vals, ops.take(final.p, ids_n), kept)
+    return (tok, scalars, counts, top_ids, top_vals, probs, kept, lines, *cumulative)
+
+
+def _threshold(ops: ArrayOps, cut: Cut, before: Dist) -> Array | float:
+    """Where a stage cut, in the probability space of its input (`before`); NaN for a stage that cuts nothing.
+    A logit line maps through the input's own softmax: top-k's is then exactly its k-th token's probability,
+    min-p's min_p × the top probability."""
+    if cut.mass is not None:
+        return cut.mass
+    if cut.line is not None:
+        return ops.exp(cut.line - before.m) / before.z
+    return NAN
+
+
+def _cumulative(ops: ArrayOps, cut: Cut, x: Array, ids: Array) -> Array:
+    """(N,) the running mass top-p computed at each candidate `ids` of its input `x`, in its own order (value
+    descending, ties to lower ids): at the position after every larger value and the tied candidates before."""
+    sorted_x, cdf = cut.order
+    v = ops.take(x, ids)
+    tied_ahead = (v[None, :] == v[:, None]) & (ids[None, :] < ids[:, None])  # (N, N)
+    ahead = ops.stack([ops.sum(row) for row in tied_ahead])
+    return ops.take(cdf, ops.minimum(_count_above(ops, sorted_x, v) + ahead, sorted_x.shape[0] - 1))
+
+
+def _count_above(ops: ArrayOps, sorted_desc: Array, v: Array) -> Array:
+    """(N,) how many of `sorted_desc` (V,) exceed each of `v` (N,): a binary search of log2(V) steps over the N
+    values at once (the larger values are a prefix: extend it by each power of two while it stays above)."""
+    size = sorted_desc.shape[0]
+    count = ops.arange(v.shape[0]) * 0
+    step = 1 << (size.bit_length() - 1)
+    while step:
+        longer = ops.minimum(count + step, size)
+        count = ops.where(ops.take(sorted_desc, longer - 1) > v, longer, count)
+        step >>= 1
+    return count
 
 
 def resample(

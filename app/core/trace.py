@@ -1,22 +1,201 @@
-"""What a run leaves behind: one `StepTrace` per generated token and a `RunTrace` around them.
+"""What a run leaves behind: a `Sample` per drawn token (made by the sampler pipeline), a `StepTrace` around it,
+and a `RunTrace` around them, which saves to a JSON Lines file and loads back equal.
 
-Compact (numpy arrays per step), serializable as JSON Lines, and complete enough to re-draw any step under
-other settings without the model (`RunTrace.resample`). Knows nothing of models or Qt.
+A `Sample` records every stage exactly as it ran, so views draw it without redoing any maths; what a backend
+could not observe (a remote server reports only its top log-probabilities) is absent (None), never invented.
+Knows nothing of models or Qt; the pipeline that makes samples is `sampling.py`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Any, TextIO
+import os
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal
 
-from app.core.sampling import Sample, resample
+import numpy as np
+
+from app.core.metrics import Metrics
 from app.core.settings import SamplerSettings
 
+FORMAT = "logitlab-trace"
+VERSION = 1
+Reported = Literal["raw", "final"]  # which distribution a partial record's probabilities are
+SCALARS = ("prob", "raw_logprob", "entropy", "final_entropy", "raw_lse")
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Sample:
+    """One step's record. Over the top-N candidates by raw probability (N = kept.shape[1]) and the S stages that
+    ran, in order (penalties when active, temperature or greedy, top_k, top_p, min_p):
+
+        probs            (S+1, N) float32  row 0 the raw distribution, row s+1 after stage s (its input: row s)
+        kept             (S, N) bool       stage s kept candidate i
+        thresholds       (S,) float32      where stage s cut, in its input's probability space: top-k the k-th
+                                           kept token's probability, top-p the mass p, min-p min_p × the top
+                                           probability; NaN for a stage without one (temperature, penalties)
+        kept_counts      (S,)              tokens of the whole vocabulary each stage kept
+        top_p_cumulative (N,) or None      the running mass top-p computed at each candidate, in its own order
+        top_ids, top_logits (K,)           the top-K raw logits (int32 ids), for re-sampling without the model
+
+    The float arrays and the scalars share one packed float32 buffer (`values`), read through the properties:
+    a step costs three arrays rather than ten. A partial record (`partial`) has no stages; its one row of
+    `probs` holds the probabilities a server reported, of the distribution `reported` names.
+    """
+
+    token: int
+    rank: int | None  # 0-based, in the raw distribution
+    u: float | None  # the uniform number the token was drawn with (None: drawn elsewhere)
+    stage_names: tuple[str, ...]
+    top_ids: np.ndarray  # (K,) int32, by raw probability descending (partial: the reported ids)
+    kept: np.ndarray  # (S, N) bool
+    values: np.ndarray  # float32: SCALARS, top_logits, probs, thresholds, kept_counts, top_p_cumulative
+    reported: Reported | None = None  # None: a full record
+
+    @classmethod
+    def record(cls, *, token: int, rank: int, u: float, stage_names: Sequence[str], top_ids: np.ndarray,
+               top_logits: np.ndarray, probs: np.ndarray, kept: np.ndarray, thresholds: np.ndarray,
+               kept_counts: np.ndarray, top_p_cumulative: np.ndarray | None, prob: float, raw_logprob: float,
+               entropy: float, final_entropy: float, raw_lse: float) -> Sample:
+        """A full record, from the pipeline's arrays (copied into the compact layout)."""
+        s, n = len(stage_names), np.shape(kept)[-1]
+        if np.shape(probs) != (s + 1, n) or np.shape(thresholds) != (s,) or np.shape(kept_counts) != (s,):
+            raise ValueError(f"record shapes disagree: {s} stages, probs {np.shape(probs)}, kept {np.shape(kept)}")
+        if (top_p_cumulative is not None) != ("top_p" in stage_names):
+            raise ValueError("top_p_cumulative is recorded exactly when top-p ran")
+        parts = [(prob, raw_logprob, entropy, final_entropy, raw_lse), top_logits, probs, thresholds, kept_counts]
+        if top_p_cumulative is not None:
+            parts.append(top_p_cumulative)
+        values = np.concatenate([np.asarray(p, dtype=np.float32).ravel() for p in parts])
+        return cls(int(token), int(rank), float(u), tuple(stage_names), np.array(top_ids, dtype=np.int32),
+                   np.array(kept, dtype=bool).reshape(s, n), values)
+
+    @classmethod
+    def partial(cls, token: int, logprob: float | None, top_ids: Sequence[int], top_logprobs: Sequence[float],
+                reported: Reported = "final") -> Sample:
+        """What an OpenAI-compatible server reports: the drawn token's log-probability and the top-k
+        log-probabilities, of the `reported` distribution (after its own processing: stages not observed)."""
+        ids = np.array(top_ids, dtype=np.int32)
+        probs = np.exp(np.asarray(top_logprobs, dtype=np.float64))
+        lp = math.nan if logprob is None else logprob
+        prob, raw_logprob = (math.exp(lp), math.nan) if reported == "final" else (math.nan, lp)
+        where = np.flatnonzero(ids == token)
+        rank = int(where[0]) if reported == "raw" and where.size else None  # a rank is of the raw distribution
+        return cls.reported_only(token, rank, ids, probs, prob, raw_logprob, reported)
+
+    @classmethod
+    def reported_only(cls, token: int, rank: int | None, top_ids: np.ndarray, probs: np.ndarray, prob: float,
+                      raw_logprob: float, reported: Reported) -> Sample:
+        """A partial record from its parts (NaN: not reported)."""
+        if reported not in ("raw", "final"):
+            raise ValueError(f"reported must be 'raw' or 'final', got {reported!r}")
+        ids = np.array(top_ids, dtype=np.int32).reshape(-1)
+        if np.shape(probs) not in ((len(ids),), (1, len(ids))):
+            raise ValueError(f"{np.size(probs)} probabilities for {len(ids)} reported tokens")
+        head = [prob, raw_logprob, math.nan, math.nan, math.nan]
+        values = np.concatenate([np.array(head, dtype=np.float32), np.asarray(probs, dtype=np.float32).ravel()])
+        return cls(int(token), None if rank is None else int(rank), None, (), ids,
+                   np.zeros((0, len(ids)), dtype=bool), values, reported)
+
+    # the packed layout ------------------------------------------------------------------------------------
+    def _span(self, part: str) -> slice:
+        s, n = self.kept.shape
+        k = 0 if self.is_partial else len(self.top_ids)
+        sizes = {"scalars": len(SCALARS), "top_logits": k, "probs": (s + 1) * n, "thresholds": s, "kept_counts": s,
+                 "top_p_cumulative": n if "top_p" in self.stage_names else 0}
+        start = 0
+        for name, size in sizes.items():
+            if name == part:
+                return slice(start, start + size)
+            start += size
+        raise KeyError(part)
+
+    def _scalar(self, i: int) -> float | None:
+        v = float(self.values[i])
+        return None if math.isnan(v) else v
+
+    @property
+    def is_partial(self) -> bool:
+        """Only what a server reported: no stages, no raw logits, no random number."""
+        return self.reported is not None
+
+    @property
+    def top_n(self) -> int:
+        return self.kept.shape[1]
+
+    @property
+    def probs(self) -> np.ndarray:  # (S+1, N)
+        return self.values[self._span("probs")].reshape(len(self.stage_names) + 1, self.top_n)
+
+    @property
+    def raw_probs(self) -> np.ndarray | None:  # (N,): row 0
+        return None if self.reported == "final" else self.probs[0]
+
+    @property
+    def final_probs(self) -> np.ndarray | None:  # (N,): the distribution the token was drawn from, the last row
+        return None if self.reported == "raw" else self.probs[-1]
+
+    @property
+    def thresholds(self) -> np.ndarray:  # (S,)
+        return self.values[self._span("thresholds")]
+
+    @property
+    def kept_counts(self) -> np.ndarray:  # (S,)
+        return self.values[self._span("kept_counts")].astype(np.int64)
+
+    @property
+    def top_p_cumulative(self) -> np.ndarray | None:  # (N,)
+        return self.values[self._span("top_p_cumulative")] if "top_p" in self.stage_names else None
+
+    @property
+    def top_logits(self) -> np.ndarray | None:  # (K,)
+        return None if self.is_partial else self.values[self._span("top_logits")]
+
+    @property
+    def prob(self) -> float | None:  # of the drawn token, in the final distribution
+        return self._scalar(0)
+
+    @property
+    def raw_logprob(self) -> float | None:
+        return self._scalar(1)
+
+    @property
+    def entropy(self) -> float | None:  # of the raw distribution (nats)
+        return self._scalar(2)
+
+    @property
+    def final_entropy(self) -> float | None:
+        return self._scalar(3)
+
+    @property
+    def raw_lse(self) -> float | None:  # logsumexp of all raw logits
+        return self._scalar(4)
+
+    def stage_index(self, name: str) -> int | None:
+        return self.stage_names.index(name) if name in self.stage_names else None
+
+    def cut_by(self, i: int) -> str | None:
+        """The first stage that cut top candidate i, or None if it was kept (or no stage was observed)."""
+        for name, kept in zip(self.stage_names, self.kept[:, i], strict=True):
+            if not kept:
+                return name
+        return None
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sample):
+            return NotImplemented
+        return ((self.token, self.rank, self.u, self.stage_names, self.reported)
+                == (other.token, other.rank, other.u, other.stage_names, other.reported)
+                and np.array_equal(self.top_ids, other.top_ids) and np.array_equal(self.kept, other.kept)
+                and np.array_equal(self.values, other.values, equal_nan=True))
+
+
+@dataclass(frozen=True, slots=True)
 class StepTrace:
     step: int
     sample: Sample
@@ -29,39 +208,49 @@ class StepTrace:
         return self.sample.token
 
     @property
-    def prob(self) -> float:
+    def prob(self) -> float | None:
         return self.sample.prob
 
     @property
-    def raw_prob(self) -> float:
-        return math.exp(self.sample.raw_logprob)
+    def raw_prob(self) -> float | None:
+        lp = self.sample.raw_logprob
+        return None if lp is None else math.exp(lp)
 
     @property
     def top_n(self) -> int:
         return len(self.top_texts)
 
     def raw_top_probs(self, n: int | None = None) -> list[float]:
-        s = self.sample
-        vals = s.top_logits[: self.top_n if n is None else n]
-        return [math.exp(float(v) - s.raw_lse) for v in vals]
+        """The model's probabilities of the top candidates (empty when a server reported only its final ones)."""
+        raw = self.sample.raw_probs
+        return [] if raw is None else raw[: self.top_n if n is None else n].tolist()
 
     def cut_by(self, i: int) -> str | None:
         return self.sample.cut_by(i)
 
     def to_json(self) -> dict[str, Any]:
+        """The step as the command line's --json prints it."""
         s = self.sample
-        top = [
-            {"token_id": int(s.top_ids[i]), "text": self.top_texts[i], "raw_prob": rp,
-             "prob": float(s.final_probs[i]), "cut_by": self.cut_by(i)}
-            for i, rp in enumerate(self.raw_top_probs())
-        ]
+        raw, final = s.raw_probs, s.final_probs
+        top = [{"token_id": int(s.top_ids[i]), "text": text, "raw_prob": _num(raw, i), "prob": _num(final, i),
+                "cut_by": self.cut_by(i)} for i, text in enumerate(self.top_texts)]
+        prob = s.prob
         return {
-            "step": self.step, "token_id": s.token, "text": self.text, "prob": s.prob,
-            "logprob": math.log(s.prob) if s.prob > 0 else float("-inf"), "raw_prob": self.raw_prob,
-            "raw_logprob": s.raw_logprob, "rank": s.rank, "entropy": s.entropy,
+            "step": self.step, "token_id": s.token, "text": self.text, "prob": prob,
+            "logprob": None if prob is None else math.log(prob) if prob > 0 else float("-inf"),
+            "raw_prob": self.raw_prob, "raw_logprob": s.raw_logprob, "rank": s.rank, "entropy": s.entropy,
             "final_entropy": s.final_entropy, "stages": list(s.stage_names),
-            "kept_counts": [int(c) for c in s.kept_counts], "u": s.u, "seconds": self.seconds, "top": top,
+            "kept_counts": s.kept_counts.tolist(), "thresholds": _floats(s.thresholds, none_for_nan=True),
+            "reported": s.reported, "u": s.u, "seconds": self.seconds, "top": top,
         }
+
+
+def _num(a: np.ndarray | None, i: int) -> float | None:
+    return None if a is None else float(a[i])
+
+
+class TraceFormatError(ValueError):
+    """A trace file this version cannot read (newer, damaged or not a trace); the message names file and line."""
 
 
 @dataclass
@@ -70,6 +259,11 @@ class RunTrace:
     settings: SamplerSettings
     seed: int
     steps: list[StepTrace] = field(default_factory=list)
+    run_id: int = 0
+    parent: tuple[int, int] | None = None  # (run id, step) this run branched from
+    model: dict[str, str] | None = None  # name, backend, source
+    finish_reason: str | None = None
+    metrics: Metrics | None = None
 
     @property
     def token_ids(self) -> list[int]:
@@ -81,14 +275,185 @@ class RunTrace:
 
     def resample(self, i: int, settings: SamplerSettings) -> Sample:
         """Step i as it would have been drawn under `settings` (same random number, same history)."""
+        from app.core.sampling import resample  # sampling makes Samples: it imports this module
+
         st = self.steps[i]
-        return resample(
-            st.sample.top_ids, st.sample.top_logits, settings, st.sample.u,
-            context_ids=self.prompt_ids, generated_ids=self.token_ids[:i], top_n=st.top_n,
-        )
+        s = st.sample
+        if s.is_partial or s.u is None:
+            raise ValueError(f"step {i} was reported by a server, not recorded in full: it cannot be re-sampled")
+        return resample(s.top_ids, s.top_logits, settings, s.u, context_ids=self.prompt_ids,
+                        generated_ids=self.token_ids[:i], top_n=st.top_n)
+
+    # the file ---------------------------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the trace as JSON Lines (a header, one line per step, a footer), atomically: a reader sees the
+        old file or the whole new one, never half of it."""
+        _write_atomic(Path(path), (json.dumps(obj, ensure_ascii=False, allow_nan=False) for obj in self.to_lines()))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> RunTrace:
+        """Read a file `save` wrote; a newer, damaged or truncated file raises `TraceFormatError`."""
+        path = Path(path)
+        with path.open("rb") as f:
+            return cls.from_lines(f, str(path))
+
+    def to_lines(self) -> Iterator[dict[str, Any]]:
+        yield {"format": FORMAT, "version": VERSION, "run_id": self.run_id,
+               "parent": list(self.parent) if self.parent is not None else None, "model": self.model,
+               "settings": self.settings.to_dict(), "seed": self.seed, "prompt_ids": list(self.prompt_ids)}
+        for st in self.steps:
+            yield _step_line(st)
+        yield {"end": True, "steps": len(self.steps), "finish_reason": self.finish_reason,
+               "metrics": asdict(self.metrics) if self.metrics is not None else None}
+
+    @classmethod
+    def from_lines(cls, lines: Iterable[str | bytes], name: str = "<trace>") -> RunTrace:
+        """The trace in `lines` (a file's lines, UTF-8 bytes or text); `name` names it in error messages."""
+        run: RunTrace | None = None
+        footer: dict[str, Any] | None = None
+        texts: dict[str, str] = {}  # one string object per distinct text, as a live run holds them
+        number = 0
+        for number, line in enumerate(lines, 1):
+            try:
+                if footer is not None:
+                    raise TraceFormatError("text after the trace's last line")
+                obj = json.loads(line.decode("utf-8") if isinstance(line, bytes) else line)
+                if not isinstance(obj, dict):
+                    raise TypeError("not a JSON object")
+                if run is None:
+                    run = _header(obj)
+                elif obj.get("end") is True:
+                    footer = _footer(run, obj)
+                else:
+                    run.steps.append(_step_from(obj, len(run.steps), texts))
+            except TraceFormatError as e:
+                raise TraceFormatError(f"{name}:{number}: {e}") from None
+            except (ValueError, TypeError, KeyError, IndexError) as e:
+                raise TraceFormatError(f"{name}:{number}: damaged trace line ({type(e).__name__}: {e})") from None
+        if run is None:
+            raise TraceFormatError(f"{name}:1: empty file, not a Logit Lab trace")
+        if footer is None:
+            raise TraceFormatError(f"{name}:{number + 1}: the file ends before the trace's last line (truncated)")
+        run.finish_reason, run.metrics = footer["finish_reason"], footer["metrics"]
+        return run
 
 
-def write_jsonl(lines: Iterator[dict[str, Any]] | list[dict[str, Any]], out: TextIO) -> None:
-    for obj in lines:
-        out.write(json.dumps(obj, ensure_ascii=False) + "\n")
-    out.flush()
+def _header(obj: dict[str, Any]) -> RunTrace:
+    if obj.get("format") != FORMAT:
+        raise TraceFormatError("not a Logit Lab trace (no trace header)")
+    version = obj.get("version")
+    if not isinstance(version, int) or version > VERSION:
+        raise TraceFormatError(f"written by a newer Logit Lab (trace format {version}; this one reads up to "
+                               f"{VERSION}): update Logit Lab to open it")
+    parent = obj["parent"]
+    return RunTrace(prompt_ids=[int(i) for i in obj["prompt_ids"]],
+                    settings=SamplerSettings.from_dict(obj["settings"]), seed=int(obj["seed"]),
+                    run_id=int(obj["run_id"]), parent=(int(parent[0]), int(parent[1])) if parent is not None else None,
+                    model=dict(obj["model"]) if obj["model"] is not None else None)
+
+
+def _footer(run: RunTrace, obj: dict[str, Any]) -> dict[str, Any]:
+    """The footer's finish reason and metrics, once its step count is checked."""
+    if obj["steps"] != len(run.steps):
+        raise TraceFormatError(f"the footer counts {obj['steps']} steps, the file holds {len(run.steps)}")
+    m = obj["metrics"]
+    known = {f.name for f in fields(Metrics)}
+    reason = obj["finish_reason"]
+    if reason is not None and not isinstance(reason, str):
+        raise TypeError(f"finish_reason must be text, got {reason!r}")
+    return {"finish_reason": reason,
+            "metrics": Metrics(**{k: v for k, v in m.items() if k in known}) if m is not None else None}
+
+
+def _step_line(st: StepTrace) -> dict[str, Any]:
+    s = st.sample
+    line = {"step": st.step, "token": s.token, "text": st.text, "top_texts": list(st.top_texts),
+            "seconds": st.seconds, "rank": s.rank, "u": s.u, "stages": list(s.stage_names), "reported": s.reported,
+            "scalars": _floats(s.values[: len(SCALARS)]), "top_ids": s.top_ids.tolist(),
+            "probs": [_floats(row) for row in s.probs], "kept": s.kept.astype(int).tolist()}
+    if not s.is_partial:
+        line.update(top_logits=_floats(s.top_logits), thresholds=_floats(s.thresholds),
+                    kept_counts=s.kept_counts.tolist(), top_p_cumulative=_maybe(s.top_p_cumulative))
+    return line
+
+
+def _step_from(obj: dict[str, Any], index: int, texts: dict[str, str]) -> StepTrace:
+    if obj["step"] != index:
+        raise TraceFormatError(f"step {obj['step']} where step {index} was expected")
+    scalars = dict(zip(SCALARS, _array(obj["scalars"], np.float32).tolist(), strict=True))
+    kept = np.array(obj["kept"], dtype=bool)
+    reported = obj["reported"]
+    if reported is not None:
+        sample = Sample.reported_only(obj["token"], obj["rank"], _array(obj["top_ids"], np.int32),
+                                      _array(obj["probs"], np.float32), scalars["prob"], scalars["raw_logprob"],
+                                      reported)
+    else:
+        cumulative = obj["top_p_cumulative"]
+        sample = Sample.record(
+            token=obj["token"], rank=obj["rank"], u=obj["u"], stage_names=tuple(obj["stages"]),
+            top_ids=_array(obj["top_ids"], np.int32), top_logits=_array(obj["top_logits"], np.float32),
+            probs=_array(obj["probs"], np.float32), kept=kept, thresholds=_array(obj["thresholds"], np.float32),
+            kept_counts=_array(obj["kept_counts"], np.float32),
+            top_p_cumulative=None if cumulative is None else _array(cumulative, np.float32), **scalars)
+    top_texts = tuple(texts.setdefault(t, t) for t in obj["top_texts"])
+    if len(top_texts) != sample.top_n:
+        raise ValueError(f"{len(top_texts)} candidate texts for {sample.top_n} candidates")
+    return StepTrace(index, sample, str(obj["text"]), top_texts, float(obj["seconds"]))
+
+
+# JSON has no NaN or infinity: those float32 values are written as these strings (every other float32 value
+# round-trips exactly through a JSON number: Python writes the shortest repr of the same float64).
+_NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def _floats(a: np.ndarray, none_for_nan: bool = False) -> list[Any]:
+    out = a.tolist()
+    if np.isfinite(a).all():
+        return out
+    if none_for_nan:
+        return [None if math.isnan(v) else v for v in out]
+    return [v if math.isfinite(v) else "NaN" if math.isnan(v) else "Infinity" if v > 0 else "-Infinity" for v in out]
+
+
+def _maybe(a: np.ndarray | None) -> list[Any] | None:
+    return None if a is None else _floats(a)
+
+
+def _array(values: Any, dtype: type) -> np.ndarray:
+    a = np.array(values)
+    if a.dtype.kind not in "iuf":  # strings stand for NaN and the infinities; anything else is damage
+        a = np.array(_nonfinite(values), dtype=np.float64)
+    return a.astype(dtype)
+
+
+def _nonfinite(v: Any) -> Any:
+    if isinstance(v, list):
+        return [_nonfinite(x) for x in v]
+    if isinstance(v, str):
+        return _NONFINITE[v]
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise TypeError(f"expected numbers, got {v!r}")
+    return v
+
+
+def _write_atomic(path: Path, lines: Iterable[str]) -> None:
+    """Write to a temporary file in the same folder, flush and fsync it, then rename it over `path`."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            for line in lines:
+                f.write(line + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a trace is an ordinary user file
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):  # the rename itself survives a crash once the folder is synced (POSIX)
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)

@@ -10,12 +10,11 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, Signal
+from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QPalette
 from PySide6.QtWidgets import QWidget
 
-from app.core.sampling import Sample
-from app.core.settings import SamplerSettings, StageOrder
+from app.core.trace import Sample
 from app.ui.token_view import visible
 
 RAW = QColor(100, 149, 237)  # cornflower: what the model proposed
@@ -61,8 +60,40 @@ class ThemedPlot(pg.PlotWidget):
         super().changeEvent(e)
 
 
+class StageLine:
+    """A stage that cuts at a probability (top-k, min-p): its threshold line and, under it, the probabilities the
+    stage received (a short dash per candidate), so the line is read against the values it cut."""
+
+    def __init__(self, chart: StepChart, label: str, color: QColor, style: Qt.PenStyle, position: float) -> None:
+        self.input_name = f"{label}'s input"
+        self.marks = pg.PlotDataItem(pen=pg.mkPen(color, width=2))
+        self.line = pg.InfiniteLine(angle=0, pen=pg.mkPen(color, style=style), label=label + " cut {value:.3f}",
+                                    labelOpts={"position": position, "color": color})
+        chart.addItem(self.marks)
+        chart.addItem(self.line)
+
+    def show(self, probs_in: np.ndarray | None, threshold: float) -> bool:
+        """Draw the stage's input (N,) and its line; hide both when the stage did not run. True if shown."""
+        shown = probs_in is not None and math.isfinite(threshold)
+        if shown:
+            x = np.repeat(np.arange(len(probs_in), dtype=float), 2) + np.tile([-0.42, 0.42], len(probs_in))
+            self.marks.setData(x, np.repeat(finite(probs_in.astype(np.float64)), 2), connect="pairs")
+            self.line.setValue(threshold)
+        self.marks.setVisible(shown)
+        self.line.setVisible(shown)
+        return shown
+
+
+# Stages whose threshold is a probability, drawn over their own input: colour, line style, label position.
+STAGE_LINES = {"top_k": ("top-k", QColor(0, 139, 139), Qt.PenStyle.DashDotLine, 0.8),
+               "min_p": ("min-p", QColor(138, 43, 226), Qt.PenStyle.DotLine, 0.35)}
+
+
 class StepChart(ThemedPlot):
-    """Top-N candidates of one step: raw and final probability side by side, cuts labelled, drawn marked."""
+    """Top-N candidates of one step, drawn from its record and nothing else: the raw and the final probabilities
+    side by side, what each stage cut (labelled), the drawn token outlined, top-p's running mass and line, and
+    the top-k / min-p lines over the probabilities those stages received. A partial record (a server's) shows
+    only the probabilities it reported."""
 
     def __init__(self, parent: QWidget | None = None, max_n: int = 32) -> None:
         super().__init__(parent)
@@ -70,19 +101,16 @@ class StepChart(ThemedPlot):
         pi = self.getPlotItem()
         pi.setLabel("left", "probability")
         pi.showGrid(y=True, alpha=0.2)
-        pi.addLegend(offset=(-10, 5), labelTextColor=self.palette().color(QPalette.ColorRole.Text))
+        self.legend = pi.addLegend(offset=(-10, 5), labelTextColor=self.palette().color(QPalette.ColorRole.Text))
         self.raw = pg.BarGraphItem(x=[0], height=[0], width=0.38, brush=RAW, pen=None, name="model (raw)")
         self.final = pg.BarGraphItem(x=[0], height=[0], width=0.38, brush=FINAL, pen=None, name="sampled from")
-        self.cumulative = pg.PlotDataItem(pen=pg.mkPen(QColor(120, 120, 120), width=1), symbol="o", symbolSize=4,
-                                          name="cumulative p")
+        self.cumulative = pg.PlotDataItem(pen=pg.mkPen(QColor(120, 120, 120), width=1), symbol="o", symbolSize=4)
         for item in (self.raw, self.final, self.cumulative):
             self.addItem(item)
-        self.top_p_line = pg.InfiniteLine(angle=0, pen=pg.mkPen(QColor(46, 139, 87), style=pg.QtCore.Qt.DashLine),
+        self.top_p_line = pg.InfiniteLine(angle=0, pen=pg.mkPen(QColor(46, 139, 87), style=Qt.PenStyle.DashLine),
                                           label="top-p {value:.2f}", labelOpts={"position": 0.55})
-        self.min_p_line = pg.InfiniteLine(angle=0, pen=pg.mkPen(QColor(138, 43, 226), style=pg.QtCore.Qt.DotLine),
-                                          label="min-p cut {value:.3f}", labelOpts={"position": 0.35})
         self.addItem(self.top_p_line)
-        self.addItem(self.min_p_line)
+        self.stage_lines = {name: StageLine(self, *opts) for name, opts in STAGE_LINES.items()}
         self.cut_labels = [pg.TextItem(anchor=(0, 0.5), angle=90, color=QColor(128, 128, 128)) for _ in range(max_n)]
         for t in self.cut_labels:
             self.addItem(t)
@@ -90,29 +118,19 @@ class StepChart(ThemedPlot):
         small.setPointSizeF(max(6.0, small.pointSizeF() * 0.85))
         pi.getAxis("bottom").setStyle(tickFont=small)
         self.title = pg.TextItem(anchor=(0, 0), color=self.palette().color(QPalette.ColorRole.Text))
+        self.note = pg.TextItem(anchor=(0, 0), color=QColor(128, 128, 128))
         self.addItem(self.title)
+        self.addItem(self.note)
         self.setYRange(0, 1.05, padding=0)
         self.shown: tuple[Sample, tuple[str, ...]] | None = None
         self._ticks: list = []
+        self._legend: list[tuple[object, str]] = []
 
-    def show_sample(self, s: Sample, texts: tuple[str, ...], settings: SamplerSettings, heading: str = "") -> None:
-        n = min(len(texts), len(self.cut_labels))
+    def show_sample(self, s: Sample, texts: tuple[str, ...], heading: str = "") -> None:
+        n = min(len(texts), len(self.cut_labels), s.top_n)
         x = np.arange(n, dtype=float)
-        raw = finite(np.exp(s.top_logits[:n].astype(np.float64) - s.raw_lse))
-        final = finite(s.final_probs[:n].astype(np.float64))
-        kept = s.kept[:, :n].all(axis=0) if s.kept.size else np.ones(n, bool)
-        drawn = s.top_ids[:n] == s.token
-        self.raw.setOpts(x=x - 0.2, height=raw, width=0.38, brushes=[BRUSH[bool(k)] for k in kept])
-        self.final.setOpts(x=x + 0.2, height=final, width=0.38, brush=FINAL, pens=[PEN[bool(d)] for d in drawn])
-        self.cumulative.setData(x, np.cumsum(self._as_filters_saw(s, settings, n)))
-        self._thresholds(s, settings, raw)
-        for i, label in enumerate(self.cut_labels):
-            stage = s.cut_by(i) if i < n else None
-            text = f"cut by {stage}" if stage else ""
-            if label.toPlainText() != text:
-                label.setText(text)
-            if text:
-                label.setPos(i - 0.2, min(raw[i] + 0.03, 0.6))
+        pens = [PEN[bool(d)] for d in s.top_ids[:n] == s.token]
+        self._set_legend(self._show_reported(s, x, pens) if s.is_partial else self._show_stages(s, x, pens))
         ticks = [[(i, _label(texts[i])) for i in range(n)]]
         if ticks != self._ticks:
             self.getPlotItem().getAxis("bottom").setTicks(ticks)
@@ -122,21 +140,63 @@ class StepChart(ThemedPlot):
         self.title.setPos(-0.6, 1.04)
         self.shown = (s, texts)
 
-    def _as_filters_saw(self, s: Sample, settings: SamplerSettings, n: int) -> np.ndarray:
-        """The probabilities top-p looked at: after temperature when it runs first (over the recorded top-k)."""
-        logits = s.top_logits.astype(np.float64)
-        t = settings.temperature
-        if settings.order == StageOrder.TEMPERATURE_FIRST and t not in (0, 1):
-            z = logits / t
-            p = np.exp(z - z.max())
-            return finite(p / p.sum())[:n]
-        return finite(np.exp(logits - s.raw_lse))[:n]
+    def _show_stages(self, s: Sample, x: np.ndarray, pens: list) -> list[tuple[object, str]]:
+        n = len(x)
+        probs = finite(s.probs[:, :n].astype(np.float64))  # (S+1, N): row 0 raw, the last row sampled from
+        kept = s.kept[:, :n].all(axis=0)
+        self.raw.setOpts(x=x - 0.2, height=probs[0], width=0.38, brushes=[BRUSH[bool(k)] for k in kept], pens=None)
+        self.final.setOpts(x=x + 0.2, height=probs[-1], width=0.38, brushes=None, pens=pens)
+        legend = [(self.raw, "model (raw)"), (self.final, "sampled from")]
+        top_p = s.stage_index("top_p")
+        if top_p is not None:
+            self.cumulative.setData(x, finite(s.top_p_cumulative[:n].astype(np.float64)))
+            self.top_p_line.setValue(float(s.thresholds[top_p]))
+            legend.append((self.cumulative, "top-p's running mass"))
+        else:
+            self.cumulative.setData([], [])
+        self.top_p_line.setVisible(top_p is not None)
+        for name, stage in self.stage_lines.items():
+            i = s.stage_index(name)
+            if stage.show(None if i is None else s.probs[i, :n], math.nan if i is None else float(s.thresholds[i])):
+                legend.append((stage.marks, stage.input_name))
+        for i, label in enumerate(self.cut_labels):
+            self._cut_label(label, i, s.cut_by(i) if i < n else None, probs[0][i] if i < n else 0.0)
+        self.note.setText("")
+        return legend
 
-    def _thresholds(self, s: Sample, settings: SamplerSettings, raw: np.ndarray) -> None:
-        self.top_p_line.setVisible(settings.top_p < 1)
-        self.top_p_line.setValue(settings.top_p)
-        self.min_p_line.setVisible(settings.min_p > 0)
-        self.min_p_line.setValue(settings.min_p * (raw.max() if raw.size else 0))
+    def _show_reported(self, s: Sample, x: np.ndarray, pens: list) -> list[tuple[object, str]]:
+        """A server's partial record: one set of bars, the distribution it reported; no stages, no lines."""
+        bars, other = (self.final, self.raw) if s.reported == "final" else (self.raw, self.final)
+        bars.setOpts(x=x, height=finite(s.probs[0, : len(x)].astype(np.float64)), width=0.6, brushes=None, pens=pens)
+        other.setOpts(x=[], height=[])
+        self.cumulative.setData([], [])
+        self.top_p_line.setVisible(False)
+        for stage in self.stage_lines.values():
+            stage.show(None, math.nan)
+        for i, label in enumerate(self.cut_labels):
+            self._cut_label(label, i, None, 0.0)
+        which = "the sampled distribution" if s.reported == "final" else "the model's raw distribution"
+        self.note.setText(f"stages not observed: the server reported its top {s.top_n} of {which}")
+        self.note.setPos(-0.6, 0.97)
+        return [(bars, "sampled from" if s.reported == "final" else "model (raw)")]
+
+    @staticmethod
+    def _cut_label(label: pg.TextItem, i: int, stage: str | None, height: float) -> None:
+        text = f"cut by {stage}" if stage else ""
+        if label.toPlainText() != text:
+            label.setText(text)
+        if text:
+            label.setPos(i - 0.2, min(height + 0.03, 0.6))
+
+    def _set_legend(self, entries: list[tuple[object, str]]) -> None:
+        """Name only what is drawn (rebuilt only when that changes)."""
+        if entries == self._legend:
+            return
+        for item, _ in self._legend:
+            self.legend.removeItem(item)
+        for item, name in entries:
+            self.legend.addItem(item, name)
+        self._legend = entries
 
 
 class TimelineChart(ThemedPlot):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import html
-import json
 
 from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
@@ -25,11 +24,12 @@ from PySide6.QtWidgets import (
 from app.core.events import Finished, Prefilled, Request
 from app.core.model_thread import ModelThread
 from app.core.models import ModelSpec
-from app.core.settings import SamplerSettings, SettingsError
+from app.core.settings import SettingsError
 from app.ui.charts import StepChart, TimelineChart
 from app.ui.model_bar import ModelBar
 from app.ui.panels import MetricsStrip, ModelCard
 from app.ui.playground import Playground
+from app.ui.preferences import Preferences
 from app.ui.prompt_editor import PromptEditor
 from app.ui.sampler_panel import SamplerPanel
 from app.ui.token_view import TokenView, visible
@@ -79,7 +79,7 @@ class MainWindow(QMainWindow):
                  worker: ModelThread | None = None) -> None:
         super().__init__()
         self.setWindowTitle("Logit Lab")
-        self.store = settings or QSettings("LogitLab", "Logit Lab")
+        self.store = Preferences(settings)
         self.playground = Playground(self, worker)
         self.model_bar = ModelBar()
         self.prompt = PromptEditor()
@@ -210,6 +210,23 @@ class MainWindow(QMainWindow):
         self.timeline.step_clicked.connect(pg.select_step)
         self.sampler.changed.connect(self._sampler_changed)
         self.reply_button.clicked.connect(self._add_reply)
+        self._wire_surprisal()
+
+    def _wire_surprisal(self) -> None:
+        """The prompt editor asks for scores while its Surprisal toggle is on; the answers come back to it."""
+        pg = self.playground
+        self.prompt.score_wanted.connect(self._score_prompt)
+        pg.scored.connect(self.prompt.show_score)
+        pg.failed.connect(self.prompt.score_failed)
+        pg.opt_in_needed.connect(self.prompt.score_failed)
+        self.stop_action.triggered.connect(self.prompt.score_cancelled)  # after pg.stop: the new request stays
+        self.stop_button.clicked.connect(self.prompt.score_cancelled)
+
+    def _score_prompt(self) -> None:
+        """Score the prompt as a generation would see it (model, prompt, messages), behind any run in progress."""
+        request = Request(model=self.model_bar.spec(), prompt=self.prompt.prompt(), messages=self.prompt.messages())
+        self.prompt.expect_score(request.id)
+        self.playground.score(request)
 
     def _preload(self) -> None:
         if not self.playground.busy:
@@ -260,7 +277,7 @@ class MainWindow(QMainWindow):
 
         def allow() -> None:
             self.model_bar.opt_ins.setdefault(source, []).append(opt_in)
-            self.store.setValue("opt_ins", json.dumps(self.model_bar.opt_ins))
+            self.store.set("opt_ins", self.model_bar.opt_ins)
             self.load(self.model_bar.spec())
 
         self.banner.show_message(message, f"{label} for {source}", allow)
@@ -271,7 +288,7 @@ class MainWindow(QMainWindow):
         self.timeline.clear_run()
 
     def _prefilled(self, ev: Prefilled) -> None:
-        self.metrics.started(len(ev.prompt_ids), ev.seconds)
+        self.metrics.started(len(ev.prompt_ids), ev.seconds, ev.reused)
 
     def _steps(self, steps: list) -> None:
         self.output.text.append_steps(steps)
@@ -291,19 +308,17 @@ class MainWindow(QMainWindow):
         self.model_card.show_kv(stats[-1])
 
     def _show_step(self, i: int, trace: object) -> None:
-        settings = self.playground.run_settings or self.sampler.settings()
-        self.step_chart.show_sample(trace.sample, trace.top_texts, settings)
+        self.step_chart.show_sample(trace.sample, trace.top_texts)
         self.step_title.setText(f"<b>Step {i}</b> — drew <code>{_visible(trace.text)}</code> "
                                 f"with p = {trace.prob:.3f} (model: {trace.raw_prob:.3f}, rank {trace.sample.rank})")
         self.output.text.select(i if self.playground.selected is not None else None)
         self.timeline.set_cursor(i)
 
     def _preview(self, sample: object, trace: object) -> None:
-        settings = self.sampler.settings()
         if sample is None:
             self._show_step(trace.step, trace)
             return
-        self.step_chart.show_sample(sample, trace.top_texts, settings)
+        self.step_chart.show_sample(sample, trace.top_texts)
         tok = sample.top_ids.tolist().index(sample.token) if sample.token in sample.top_ids else None
         text = _visible(trace.top_texts[tok]) if tok is not None and tok < len(trace.top_texts) else sample.token
         self.step_title.setText(f"<b>Step {trace.step}, re-sampled with the panel's settings</b> — would draw "
@@ -331,47 +346,39 @@ class MainWindow(QMainWindow):
     # persistence --------------------------------------------------------------------------------------------
     def _remember_model(self, source: str) -> None:
         recent = [s for s in self._recent() if s != source]
-        self.store.setValue("recent_models", json.dumps([source, *recent][:MAX_RECENT]))
+        self.store.set("recent_models", [source, *recent][:MAX_RECENT])
         self.model_bar.add_recent([source])
 
     def _recent(self) -> list[str]:
-        try:
-            return list(json.loads(self.store.value("recent_models", "[]")))
-        except (TypeError, ValueError):
-            return []
+        return self.store.get("recent_models")
 
     def _restore(self, spec: ModelSpec | None) -> None:
-        geometry = self.store.value("geometry")
-        if geometry is not None:
+        """What the last session left (every preference typed by app/ui/preferences.py); `spec` wins over it."""
+        p = self.store
+        if geometry := p.get("geometry"):
             self.restoreGeometry(geometry)
         for s in (self.main, self.left, self.center):
-            state = self.store.value(f"splitter/{s.objectName()}")
-            if state is not None:
+            if state := p.get(f"splitter/{s.objectName()}"):
                 s.restoreState(state)
-        with contextlib.suppress(TypeError, ValueError):  # settings from another version: keep the defaults
-            self.sampler.set_settings(SamplerSettings.from_dict(json.loads(self.store.value("sampler", "{}"))))
-        self.prompt.set_prompt(str(self.store.value("prompt", "def fibonacci(n):\n")))
+        self.sampler.set_settings(p.get("sampler"))
+        self.prompt.set_prompt(p.get("prompt"))
         self.model_bar.add_recent(self._recent())
-        with contextlib.suppress(TypeError, ValueError):
-            self.model_bar.opt_ins = dict(json.loads(self.store.value("opt_ins", "{}")))
-        self.model_bar.offline.setChecked(self.store.value("offline", "false") == "true")
-        if spec is not None:
-            self.model_bar.set_source(spec.source)
-            self.model_bar.set_backend(spec.backend)
-        else:
-            self.model_bar.set_source(str(self.store.value("model", "builtin")))
-            self.model_bar.set_backend(str(self.store.value("backend", "auto")))
+        self.model_bar.opt_ins = p.get("opt_ins")
+        self.model_bar.offline.setChecked(p.get("offline"))
+        self.model_bar.set_source(spec.source if spec is not None else p.get("model"))
+        self.model_bar.set_backend(spec.backend if spec is not None else p.get("backend"))
 
     def save_state(self) -> None:
-        self.store.setValue("geometry", self.saveGeometry())
+        p = self.store
+        p.set("geometry", self.saveGeometry())
         for s in (self.main, self.left, self.center):
-            self.store.setValue(f"splitter/{s.objectName()}", s.saveState())
-        self.store.setValue("sampler", json.dumps(self.sampler.settings().to_dict()))
-        self.store.setValue("prompt", self.prompt.prompt())
-        self.store.setValue("model", self.model_bar.source())
-        self.store.setValue("backend", self.model_bar.backend.currentData())
-        self.store.setValue("offline", "true" if self.model_bar.offline.isChecked() else "false")
-        self.store.sync()
+            p.set(f"splitter/{s.objectName()}", s.saveState())
+        p.set("sampler", self.sampler.settings())
+        p.set("prompt", self.prompt.prompt())
+        p.set("model", self.model_bar.source())
+        p.set("backend", self.model_bar.backend.currentData())
+        p.set("offline", self.model_bar.offline.isChecked())
+        p.save()
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
         self.save_state()

@@ -1,8 +1,12 @@
-"""The prompt editor: raw completion or chat (system + user/assistant turns), a live token count, and a view
-of the prompt's token boundaries with ids on hover.
+"""The prompt editor: raw completion or chat (system + user/assistant turns), a live token count, a view
+of the prompt's token boundaries with ids on hover, and its surprisal (each token shaded by its log-probability
+under the model, below the editor while the toggle is on).
 
 It is given the loaded model's tokenizer (pure CPU, never the model) to count and show tokens; counting is
-debounced so typing stays smooth. Nothing typed is ever lost: switching modes keeps both texts.
+debounced so typing stays smooth. It never scores a prompt itself: while Surprisal is on it asks for a score
+(`score_wanted`, debounced) and draws the `Scored` record it is handed back, if that is still of the text shown;
+one score is in flight at a time, so edits during a long run do not pile work up behind it. Nothing typed is
+ever lost: switching modes keeps both texts.
 """
 
 from __future__ import annotations
@@ -18,16 +22,19 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QScrollArea,
+    QSplitter,
     QTabWidget,
     QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
-from app.core.events import Message
-from app.ui.token_view import TokenSpans
+from app.core.events import Message, Scored
+from app.ui.token_view import SurprisalView, TokenSpans
 
 ROLES = ("user", "assistant")
+COUNT_MS = 150
+SCORE_MS = 400  # a score is a forward over the whole prompt: wait for a pause in typing
 
 
 class TokenBoundaries(TokenSpans):
@@ -133,6 +140,7 @@ class ChatEditor(QWidget):
 
 class PromptEditor(QWidget):
     changed = Signal()
+    score_wanted = Signal()  # Surprisal is on and the prompt shown has no score yet: build and send a request
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -147,21 +155,44 @@ class PromptEditor(QWidget):
         self.tabs.currentChanged.connect(self._edited)
         self.boundaries = TokenBoundaries()
         self.boundaries.hide()
+        self.surprisal = SurprisalView()
+        self.surprisal.hide()
         self.count = QLabel("", toolTip="Prompt length in the model's tokens (the chat template included)")
         self.count.setObjectName("token_count")
         self.show_tokens = QPushButton("Show tokens", checkable=True,
                                        toolTip="Show the prompt as the model sees it: token boundaries and ids")
         self.show_tokens.toggled.connect(self._toggle_tokens)
+        self.show_surprisal = QPushButton("Surprisal", checkable=True,
+                                          toolTip="Shade the prompt's tokens by how unlikely the model finds each "
+                                          "one, given the tokens before it; hover a token for its probability "
+                                          "and the model's alternatives")
+        self.show_surprisal.toggled.connect(self._toggle_surprisal)
+        self._build_layout()
+        self._debounce = QTimer(self, singleShot=True, interval=COUNT_MS)
+        self._debounce.timeout.connect(self.refresh_count)
+        self._score_debounce = QTimer(self, singleShot=True, interval=SCORE_MS)
+        self._score_debounce.timeout.connect(self.request_score)
+        self._score_sent: int | None = None  # the latest score request: only its answer is drawn
+        self._score_in_flight = False
+        self._rescore = False  # edited while a score was in flight: ask again when it is back
+
+    def _build_layout(self) -> None:
+        top = QWidget()
+        tb = QVBoxLayout(top)
+        tb.setContentsMargins(0, 0, 0, 0)
+        tb.addWidget(self.tabs, 1)
+        tb.addWidget(self.boundaries, 1)
+        self.split = QSplitter(Qt.Orientation.Vertical, childrenCollapsible=False)
+        self.split.addWidget(top)
+        self.split.addWidget(self.surprisal)
         row = QHBoxLayout()
         row.addWidget(self.count, 1)
+        row.addWidget(self.show_surprisal)
         row.addWidget(self.show_tokens)
         box = QVBoxLayout(self)
         box.setContentsMargins(0, 0, 0, 0)
-        box.addWidget(self.tabs, 1)
-        box.addWidget(self.boundaries, 1)
+        box.addWidget(self.split, 1)
         box.addLayout(row)
-        self._debounce = QTimer(self, singleShot=True, interval=150)
-        self._debounce.timeout.connect(self.refresh_count)
 
     @property
     def chat_mode(self) -> bool:
@@ -170,6 +201,7 @@ class PromptEditor(QWidget):
     def set_tokenizer(self, tokenizer: object) -> None:
         self.tokenizer = tokenizer
         self.refresh_count()
+        self.request_score()  # another model: another score
 
     def prompt(self) -> str:
         return self.completion.toPlainText()
@@ -182,6 +214,9 @@ class PromptEditor(QWidget):
 
     def _edited(self) -> None:
         self._debounce.start()
+        if self.show_surprisal.isChecked():
+            self._score_debounce.start()
+            self.surprisal.status.setText("edited: scoring after a pause in typing…")
         self.changed.emit()
 
     def model_text(self) -> tuple[list[int], str]:
@@ -212,3 +247,76 @@ class PromptEditor(QWidget):
         self.boundaries.setVisible(on)
         self.show_tokens.setText("Edit prompt" if on else "Show tokens")
         self.refresh_count()
+
+    # surprisal ----------------------------------------------------------------------------------------------
+    def _toggle_surprisal(self, on: bool) -> None:
+        self.surprisal.setVisible(on)
+        self._score_debounce.stop()
+        self._rescore = False
+        if on:
+            total = sum(self.split.sizes())
+            self.split.setSizes([total // 2, total - total // 2])  # room for the shaded text, as for the editor
+            self.request_score()
+        else:  # an answer still on its way is of no use now
+            self._score_sent, self._score_in_flight = None, False
+            self.surprisal.clear()
+
+    def request_score(self) -> None:
+        """Ask for a score of the prompt as it is now (at most one in flight; a later edit asks again)."""
+        if not self.show_surprisal.isChecked():
+            return
+        if self.tokenizer is None:
+            self.surprisal.clear("load a model to score the prompt")
+            return
+        try:
+            ids, text = self.model_text()
+        except ValueError as e:
+            self.surprisal.clear(str(e))
+            return
+        if not ids or not text:
+            self.surprisal.clear("type a prompt to see how surprising the model finds each token")
+            return
+        self.surprisal.status.setText("scoring…")
+        if self._score_in_flight:
+            self._rescore = True
+            return
+        self.score_wanted.emit()
+
+    def expect_score(self, request_id: int) -> None:
+        """The score request just sent for the prompt shown; answers to any earlier one are stale."""
+        self._score_sent, self._score_in_flight, self._rescore = request_id, True, False
+
+    def show_score(self, ev: Scored) -> None:
+        """Draw `ev` if it answers the latest request and is of the prompt shown now; otherwise ignore it."""
+        if ev.request_id != self._score_sent:
+            return  # an older request's answer, or one sent by someone else
+        self._score_in_flight = False
+        if self._is_current(ev):
+            self.surprisal.show_score(ev.score, self.tokenizer.token_text)
+        if self._rescore:
+            self._rescore = False
+            self.request_score()
+
+    def score_failed(self, *_message: str) -> None:
+        """A request failed (the window shows why): do not wait for a score that may never come."""
+        if self._score_in_flight:
+            self._score_in_flight = False
+            self.surprisal.status.setText("")
+            if self._rescore:
+                self._rescore = False
+                self.request_score()
+
+    def score_cancelled(self) -> None:
+        """Stop cancels every queued job, a score too: ask again (the toggle is still on)."""
+        if self._score_in_flight:
+            self._score_in_flight = self._rescore = False
+            self.request_score()
+
+    def _is_current(self, ev: Scored) -> bool:
+        if self.tokenizer is None or self._score_debounce.isActive():
+            return False  # edited since: the score of the new text is on its way
+        try:
+            ids, text = self.model_text()
+        except ValueError:
+            return False
+        return text == ev.prompt_text and tuple(ids) == ev.score.ids

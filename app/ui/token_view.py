@@ -1,23 +1,33 @@
-"""The generated text, each token's background shaded by the probability it was drawn with.
+"""The generated text, each token's background shaded by the probability it was drawn with; and the prompt
+shaded by its surprisal (how unlikely the model found each of its tokens).
 
 Tokens are inserted at an end cursor once per frame with a cached character format per shade, so appending
 costs the same at token 10,000 as at token 10 (no relayout of the whole text, no per-token selections).
 Hovering a token shows its probability, rank and the alternatives; clicking selects its step. `TokenSpans`
-(spans, hit-testing, hover tooltips) is shared with the prompt editor's token boundaries.
+(spans, hit-testing, hover tooltips) is shared with the prompt editor's token boundaries and surprisal view.
+Both views draw the records they are given (`StepTrace`, `PromptScore`) and compute no probability themselves.
 """
 
 from __future__ import annotations
 
 import bisect
 import html
+import itertools
+import math
+from collections.abc import Callable
 
 from PySide6.QtCore import QPoint, Qt, Signal
 from PySide6.QtGui import QColor, QLinearGradient, QMouseEvent, QPainter, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QTextEdit, QToolTip, QVBoxLayout, QWidget
 
 from app.core.events import Step
+from app.core.surprisal import PromptScore
 
 SHADES = 20
+SURPRISE_DECADES = 4  # the surprisal scale runs from p = 1 (clear) to p <= 1e-4 (full colour), log-spaced
+# Yellow-orange-red (ColorBrewer YlOrRd), translucent so text stays readable; clear where the model expected it.
+SURPRISE_STOPS = ((0.0, (255, 237, 160, 0)), (0.33, (254, 178, 76, 110)), (0.66, (240, 59, 32, 150)),
+                  (1.0, (189, 0, 38, 185)))
 
 
 def prob_color(p: float, alpha: int = 120) -> QColor:
@@ -27,6 +37,42 @@ def prob_color(p: float, alpha: int = 120) -> QColor:
     c = QColor.fromHsv(hue, 200, 235)
     c.setAlpha(alpha)
     return c
+
+
+def surprise_level(logprob: float) -> float:
+    """0 for a certain token (p = 1) .. 1 at p <= 1e-4, linear in log p; NaN (no probability) stays NaN."""
+    if math.isnan(logprob):
+        return math.nan
+    return min(max(-logprob / (SURPRISE_DECADES * math.log(10)), 0.0), 1.0)
+
+
+def surprise_shade(logprob: float) -> int | None:
+    """The shade (0 .. SHADES - 1) a prompt token with this log-probability is drawn with; None: unshaded."""
+    level = surprise_level(logprob)
+    return None if math.isnan(level) else round(level * (SHADES - 1))
+
+
+def surprise_color(level: float) -> QColor:
+    """The colour at `level` (0..1) of the surprisal scale."""
+    for (a, ca), (b, cb) in itertools.pairwise(SURPRISE_STOPS):
+        if level <= b:
+            f = (level - a) / (b - a)
+            return QColor(*(round(x + (y - x) * f) for x, y in zip(ca, cb, strict=True)))
+    return QColor(*SURPRISE_STOPS[-1][1])
+
+
+def format_prob(p: float) -> str:
+    """A probability as people read it: 0.412, 0.0035, 3.1e-06."""
+    return f"{p:.3f}" if p >= 0.01 else f"{p:.2g}" if p >= 1e-4 else f"{p:.1e}"
+
+
+def format_logprob(logprob: float) -> str:
+    return f"{logprob:.2f}".replace("-", "−")
+
+
+def shown_piece(text: str) -> str:
+    """A prompt token as the surprisal view lays it out: line breaks get a visible ↵ to carry their shade."""
+    return text.replace("\n", "↵\n") or "∅"
 
 
 def visible(text: str) -> str:
@@ -171,18 +217,26 @@ class TokenText(TokenSpans):
 
 
 class Legend(QWidget):
-    """A gradient bar: the shade each probability gets."""
+    """A gradient bar: the shade each value gets. `color(x)` for x in 0..1, drawn over the text's background
+    so translucent shades look as they do behind the text."""
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, color: Callable[[float], QColor] = lambda x: prob_color(x, 255),
+                 tip: str = "Background shade = probability of the drawn token in the final distribution",
+                 width: int = 140, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setFixedSize(140, 12)
-        self.setToolTip("Background shade = probability of the drawn token in the final distribution")
+        self._color = color
+        self.setFixedSize(width, 12)
+        self.setToolTip(tip)
 
     def paintEvent(self, _event: object) -> None:  # noqa: N802 - Qt override
         g = QLinearGradient(0, 0, self.width(), 0)
         for i in range(11):
-            g.setColorAt(i / 10, prob_color(i / 10, 255))
-        QPainter(self).fillRect(self.rect(), g)
+            g.setColorAt(i / 10, self._color(i / 10))
+        painter = QPainter(self)
+        painter.fillRect(self.rect(), self.palette().base())
+        painter.fillRect(self.rect(), g)
+        painter.setPen(self.palette().mid().color())
+        painter.drawRect(self.rect().adjusted(0, 0, -1, -1))
 
 
 class TokenView(QWidget):
@@ -201,3 +255,123 @@ class TokenView(QWidget):
         box.setContentsMargins(0, 0, 0, 0)
         box.addLayout(legend)
         box.addWidget(self.text)
+
+
+class SurprisalText(TokenSpans):
+    """The scored prompt as the model saw it (chat template included), each token shaded by how unlikely the
+    model found it given what precedes it: the `PromptScore` record's log-probabilities, on a log scale."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setPlaceholderText("Each prompt token, shaded by how surprising the model finds it.")
+        self._formats = [self._format(i / (SHADES - 1)) for i in range(SHADES)]
+        self._first = QTextCharFormat()  # the first token: nothing precedes it, so it has no probability
+        self._first.setForeground(QColor(128, 128, 128))
+        self.score: PromptScore | None = None
+        self._text_of: Callable[[int], str] = str
+
+    def _format(self, level: float) -> QTextCharFormat:
+        f = QTextCharFormat()
+        f.setBackground(surprise_color(level))
+        return f
+
+    def show_score(self, score: PromptScore, token_text: Callable[[int], str]) -> None:
+        """Lay out `score.ids` as spans (`token_text` gives each one's text), shaded by `score.logprobs`."""
+        bar = self.verticalScrollBar()
+        keep = bar.value()  # re-scoring while typing must not jump the view
+        self.clear_spans()
+        self.score, self._text_of = score, token_text
+        cursor = QTextCursor(self.document())
+        cursor.beginEditBlock()
+        for tid, lp in zip(score.ids, score.logprobs.tolist(), strict=True):
+            shade = surprise_shade(lp)
+            fmt = self._first if shade is None else self._formats[shade]
+            self.insert_span(cursor, shown_piece(token_text(tid)), fmt)
+        cursor.endEditBlock()
+        bar.setValue(keep)
+
+    def clear_score(self) -> None:
+        self.clear_spans()
+        self.score = None
+
+    def span_count(self) -> int:
+        return len(self._starts)
+
+    def span_text(self, i: int) -> str:
+        cur = QTextCursor(self.document())
+        cur.setPosition(self._starts[i])
+        cur.setPosition(self.span_end(i), QTextCursor.MoveMode.KeepAnchor)
+        return cur.selectedText().replace("\u2029", "\n")  # Qt's paragraph separator
+
+    def span_format(self, i: int) -> QTextCharFormat:
+        """The character format a span is drawn with (what a test holds to the record)."""
+        cur = QTextCursor(self.document())
+        cur.setPosition(self._starts[i] + 1)  # the format of the character before the cursor
+        return cur.charFormat()
+
+    def span_tooltip(self, i: int) -> str:
+        return surprisal_tooltip(self.score, i, self._text_of) if self.score is not None else ""
+
+
+def surprisal_tooltip(score: PromptScore, i: int, token_text: Callable[[int], str]) -> str:
+    """Token i of a scored prompt: its probability, rank among the model's top alternatives, and those."""
+    tid = score.ids[i]
+    rows = [f"<b>token {i}</b> <code>{html.escape(visible(token_text(tid)))}</code> · id {tid}"]
+    lp = float(score.logprobs[i])
+    if math.isnan(lp):
+        rows.append("the first token: nothing precedes it, so the model gives it no probability")
+        return "<br>".join(rows)
+    p = math.exp(lp)
+    odds = f" (1 in {1 / p:,.0f})" if 0 < p < 0.1 else ""
+    rows.append(f"p = <b>{format_prob(p)}</b>{odds} · log p = {format_logprob(lp)} · "
+                f"surprisal {-lp / math.log(2):.1f} bits")
+    top = score.top_ids[i].tolist()
+    k = len(top)
+    rows.append(f"rank <b>{top.index(tid) + 1}</b> among the model's top {k}" if tid in top
+                else f"<span style='color:gray'>not among the model's top {k}</span>")
+    rows.append("<i>what the model expected here:</i>")
+    for alt, alp in zip(top, score.top_logprobs[i].tolist(), strict=True):
+        if math.isnan(alp):
+            continue
+        mark = "▶ " if alt == tid else ""
+        rows.append(f"{mark}<code>{html.escape(visible(token_text(alt)))}</code> {format_prob(math.exp(alp))}")
+    return "<br>".join(rows)
+
+
+class SurprisalView(QWidget):
+    """The surprisal text with its legend above and a one-line summary (or what it is waiting for) below."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.text = SurprisalText()
+        self.status = QLabel(wordWrap=True)
+        self.status.setObjectName("surprisal_status")
+        self.status.setStyleSheet("color: gray")
+        tip = ("Background = how unlikely the model found each prompt token, given the tokens before it "
+               "(log scale: each quarter of the bar is a factor of 10). Hover a token for its probability and "
+               "the model's alternatives.")
+        head = QHBoxLayout()
+        head.addWidget(QLabel("<b>Surprisal</b>", toolTip=tip))
+        head.addStretch(1)
+        head.addWidget(QLabel("p = 1"))
+        head.addWidget(Legend(surprise_color, tip, width=96))
+        head.addWidget(QLabel("10⁻⁴"))
+        box = QVBoxLayout(self)
+        box.setContentsMargins(0, 0, 0, 0)
+        box.addLayout(head)
+        box.addWidget(self.text, 1)
+        box.addWidget(self.status)
+
+    def show_score(self, score: PromptScore, token_text: Callable[[int], str]) -> None:
+        self.text.show_score(score, token_text)
+        lps = [lp for lp in score.logprobs.tolist() if not math.isnan(lp)]
+        if lps:
+            mean = -sum(lps) / len(lps)
+            self.status.setText(f"perplexity {math.exp(mean):,.1f} · mean surprisal {mean / math.log(2):.1f} "
+                                f"bits/token over {len(lps)} predicted tokens")
+        else:
+            self.status.setText("one token: nothing to score (the first token has nothing before it)")
+
+    def clear(self, status: str = "") -> None:
+        self.text.clear_score()
+        self.status.setText(status)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import pytest
 
 from app.core.events import Finished, Message, Request, Step
 from app.core.generation import generate
@@ -21,9 +22,9 @@ def run(model, settings: SamplerSettings, prompt: str = PROMPT, **kw) -> tuple[l
 def test_same_weights_same_logits_on_mlx_and_torch(torch_model, mlx_model):
     ids = torch_model.tokenizer.encode("Hello, world! こんにちは 🙂")
     assert ids == mlx_model.tokenizer.encode("Hello, world! こんにちは 🙂")
-    t = np.asarray(torch_model.forward(ids, torch_model.new_cache(), all_logits=True))
-    m = np.array(mlx_model.forward(ids, mlx_model.new_cache(), all_logits=True))
-    assert t.shape == m.shape == (len(ids), torch_model.info.vocab_size)
+    t = np.asarray(torch_model.forward([ids], torch_model.new_cache(), positions="all"))
+    m = np.array(mlx_model.forward([ids], mlx_model.new_cache(), positions="all"))
+    assert t.shape == m.shape == (1, len(ids), torch_model.info.vocab_size)
     np.testing.assert_allclose(m, t, atol=2e-4, rtol=1e-4)
 
 
@@ -39,8 +40,8 @@ def test_cached_decoding_equals_recomputing_the_whole_sequence(model):
     steps, _ = run(model, SamplerSettings(temperature=0, max_tokens=16))
     ids = model.tokenizer.encode(PROMPT)
     for st in steps:
-        logits = model.ops.numpy(model.forward(ids, model.new_cache()))
-        assert int(np.argmax(logits)) == st.token_id
+        logits = model.ops.numpy(model.forward([ids], model.new_cache()))
+        assert logits.shape == (1, model.info.vocab_size) and int(np.argmax(logits[0])) == st.token_id
         ids.append(st.token_id)
 
 
@@ -107,10 +108,10 @@ def test_the_lean_torch_forward_matches_transformers(tiny_path, torch_model):
     plain = TorchBackend().load(tiny_path, LoadOptions(device="cpu", dtype="float32", fast=False))
     assert plain.fast is None
     ids = torch_model.tokenizer.encode("Hello, world! The quick brown fox. 🙂")
-    want = np.asarray(plain.forward(ids, plain.new_cache(), all_logits=True))
+    want = np.asarray(plain.forward([ids], plain.new_cache(), positions="all"))
     cache = torch_model.new_cache()  # prefill in two chunks, then decode: the cache path too
-    got = np.concatenate([np.asarray(torch_model.forward(ids[:7], cache, all_logits=True)),
-                          np.asarray(torch_model.forward(ids[7:], cache, all_logits=True))])
+    got = np.concatenate([np.asarray(torch_model.forward([ids[:7]], cache, positions="all")),
+                          np.asarray(torch_model.forward([ids[7:]], cache, positions="all"))], axis=1)
     np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
     steps_fast, _ = run(torch_model, SamplerSettings(temperature=0, max_tokens=20))
     steps_plain, _ = run(plain, SamplerSettings(temperature=0, max_tokens=20))
@@ -119,6 +120,13 @@ def test_the_lean_torch_forward_matches_transformers(tiny_path, torch_model):
     assert cache.pos == len(ids) - 3
 
 
+def _prefilled(model, tokens: list[list[int]]):
+    cache = model.new_cache()
+    model.forward(tokens, cache)
+    return cache
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")  # inductor's own
 def test_the_opt_in_compiled_static_cache_gives_the_same_tokens(tiny_path, torch_model):
     import torch
 
@@ -129,8 +137,12 @@ def test_the_opt_in_compiled_static_cache_gives_the_same_tokens(tiny_path, torch
     s = SamplerSettings(temperature=0, max_tokens=12)
     assert compiled.fast.static_len == 64
     cache = compiled.new_cache()
-    compiled.forward([1, 2, 3], cache)  # the static step attends over the whole buffer, masked: no NaN may hide there
+    compiled.forward([[1, 2, 3]], cache)  # the static step attends over the whole buffer, masked: no NaN may hide there
+    assert cache.k[0].shape[2] == 64  # buffers of exactly the static length: the decode steps take the compiled one
     assert all(bool(torch.isfinite(b).all()) for b in (*cache.k, *cache.v))
+    rows, plain = compiled.fork(cache, 2), torch_model.fork(_prefilled(torch_model, [[1, 2, 3]]), 2)
+    np.testing.assert_allclose(compiled.forward([[4], [5]], rows), torch_model.forward([[4], [5]], plain),
+                               atol=1e-5)  # a batch of rows takes the eager step: one compiled graph, for B = 1
     got, _ = run(compiled, s)
     want, _ = run(torch_model, s)
     assert [x.token_id for x in got] == [x.token_id for x in want]

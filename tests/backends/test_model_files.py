@@ -141,10 +141,47 @@ def test_memory_estimate_is_exact_for_weights_and_refuses_what_cannot_fit(tiny_p
     assert est.kv_bytes_per_1k_tokens == 2 * 2 * 2 * 16 * 2 * 1000  # 2 × layers × KV heads × head dim × fp16
     check_fits(tiny_path)
     huge = copy(tiny_path, tmp_path / "huge")
-    header = json.dumps({"w": {"dtype": "F32", "shape": [300_000, 300_000], "data_offsets": [0, 4]}}).encode()
-    (huge / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + b"\0" * 4)
+    size = 300_000 * 300_000 * 4  # 360 GB of float32 weights, as a sparse file: no byte of them is written
+    header = json.dumps({"w": {"dtype": "F32", "shape": [300_000, 300_000], "data_offsets": [0, size]}}).encode()
+    with (huge / "model.safetensors").open("wb") as f:
+        f.write(len(header).to_bytes(8, "little") + header)
+        f.truncate(8 + len(header) + size)
     with pytest.raises(ModelLoadError, match="GiB is free: it would swap"):
         check_fits(huge)
+
+
+def _cut(data: bytes) -> bytes:
+    return data[: len(data) // 2]
+
+
+@pytest.mark.parametrize(("damage", "message"), [
+    (_cut, r"model\.safetensors is truncated: its [\d,]+ bytes on disk do not hold what its header lists"),
+    (lambda d: d[:20], r"model\.safetensors is truncated"),  # the header itself cut short
+    (lambda d: d[:5], r"model\.safetensors is truncated or empty \(5 bytes\)"),
+    (lambda d: d[:8] + b"}" + d[9:], r"model\.safetensors has a damaged header \(invalid JSON"),
+])
+def test_a_damaged_safetensors_file_is_named_with_what_is_wrong(tiny_path: Path, tmp_path: Path, damage,
+                                                                message: str):
+    from backends.checks import check_safetensors
+
+    f = tmp_path / "model.safetensors"
+    f.write_bytes(damage((tiny_path / "model.safetensors").read_bytes()))
+    with pytest.raises(ModelLoadError, match=message):
+        check_safetensors(f)
+
+
+def test_the_config_shape_is_read_once_for_every_layout():
+    from backends.checks import ConfigShape
+
+    flat = {"num_hidden_layers": 4, "num_attention_heads": 8, "hidden_size": 512, "vocab_size": 1000,
+            "max_position_embeddings": 2048}
+    shape = ConfigShape.from_config(flat)  # no KV heads, no head dim: the defaults transformers fills in
+    assert shape == ConfigShape(layers=4, heads=8, kv_heads=8, head_dim=64, hidden=512, vocab=1000, context=2048)
+    nested = ConfigShape.from_config({"model_type": "vlm", "text_config": {**flat, "num_key_value_heads": 2,
+                                                                           "head_dim": 128}})
+    assert (nested.kv_heads, nested.head_dim) == (2, 128)
+    assert nested.kv_bytes_per_token(2) == 2 * 4 * 2 * 128 * 2
+    assert ConfigShape.from_config({}).kv_bytes_per_token(2) == 0
 
 
 def test_cuda_path_when_a_gpu_is_present(tiny_path: Path):

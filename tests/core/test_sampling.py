@@ -35,7 +35,7 @@ def final_probs(logits, s: SamplerSettings, history=None) -> np.ndarray:
     if history is not None:
         x = apply_penalties(NUMPY, x, s, history.context, history.generated)
     for _, fn in make_stages(s, len(x)):
-        x = fn(NUMPY, x)
+        x = fn(NUMPY, x).x
     return softmax(x)
 
 
@@ -60,9 +60,9 @@ def test_probabilities_sum_to_one_and_greedy_is_argmax():
 
 def test_top_k_keeps_exactly_k_with_ties_to_lower_ids():
     x = np.array([1.0, 3.0, 2.0, 3.0, 2.0, 2.0], dtype=np.float32)
-    kept = np.isfinite(apply_top_k(NUMPY, x, 3))
+    kept = np.isfinite(apply_top_k(NUMPY, x, 3).x)
     assert kept.tolist() == [False, True, True, True, False, False]  # 3, 3, then the first 2 (id 2)
-    assert np.isfinite(apply_top_k(NUMPY, x, 1)).tolist() == [False, True, False, False, False, False]
+    assert np.isfinite(apply_top_k(NUMPY, x, 1).x).tolist() == [False, True, False, False, False, False]
 
 
 def test_top_k_at_or_above_vocabulary_is_off():
@@ -73,14 +73,14 @@ def test_top_k_at_or_above_vocabulary_is_off():
 @pytest.mark.parametrize(("p", "expected"), [(0.39, [1]), (0.399, [1]), (0.401, [1, 3]), (0.699, [1, 3]),
                                              (0.701, [1, 3, 4]), (0.0, [1]), (0.999, [0, 1, 2, 3, 4])])
 def test_top_p_keeps_the_minimal_prefix_reaching_p(p, expected):
-    kept = np.flatnonzero(np.isfinite(apply_top_p(NUMPY, LOGITS, p))).tolist()
+    kept = np.flatnonzero(np.isfinite(apply_top_p(NUMPY, LOGITS, p).x)).tolist()
     assert kept == expected
 
 
 def test_min_p_is_relative_to_the_top_probability():
     probs = softmax(LOGITS)
     for m in (0.1, 0.3, 0.5, 0.74, 0.76, 1.0):
-        kept = np.isfinite(apply_min_p(NUMPY, LOGITS, m))
+        kept = np.isfinite(apply_min_p(NUMPY, LOGITS, m).x)
         assert kept.tolist() == (probs >= m * probs.max() - 1e-7).tolist()
 
 
@@ -198,3 +198,174 @@ def test_fuzz_never_nan_never_empty_always_a_kept_token(logits, s, u, seen):
     kept_by_all = out.kept.all(axis=0) if len(out.stage_names) else np.ones(len(out.top_ids), bool)
     pos = int(np.flatnonzero(out.top_ids == out.token)[0])
     assert kept_by_all[pos]
+
+
+# --- the record: every stage's input, output, kept flags and threshold ---------------------------------------
+
+ALL_FILTERS = SamplerSettings(temperature=0.5, top_k=12, top_p=0.8, min_p=0.3)
+
+
+def stage_logits(x: np.ndarray, s: SamplerSettings, history: History | None = None) -> list[np.ndarray]:
+    """Each stage's input in order, then the final logits, by applying the stages one by one."""
+    xs = [np.asarray(x, dtype=np.float32)]
+    if history is not None:
+        xs.append(apply_penalties(NUMPY, xs[0], s, history.context, history.generated))
+    for _, fn in make_stages(s, len(x)):
+        xs.append(fn(NUMPY, xs[-1]).x)
+    return xs
+
+
+def top_p_order(x: np.ndarray) -> np.ndarray:
+    """Token ids in top-p's order: value descending, ties to the lower id."""
+    return np.lexsort((np.arange(len(x)), -x.astype(np.float64)))
+
+
+@pytest.mark.parametrize("order", list(StageOrder))
+@pytest.mark.parametrize("seed", range(5))
+def test_each_stage_records_what_it_received_left_kept_and_cut_at(order, seed):
+    rng = np.random.default_rng(seed)
+    x = (rng.normal(size=400) * 2.5).astype(np.float32)
+    s = ALL_FILTERS.with_(order=order)
+    out = draw(x, s, u=float(rng.random()))
+    xs = stage_logits(x, s)
+    ids = out.top_ids[:20]
+    assert out.probs.shape == (len(out.stage_names) + 1, 20) and out.kept.shape == (len(out.stage_names), 20)
+    for row, xi in enumerate(xs):  # row 0: raw; row s + 1: after stage s
+        np.testing.assert_allclose(out.probs[row], softmax(xi)[ids], rtol=2e-6, atol=1e-9)
+    np.testing.assert_array_equal(out.final_probs, out.probs[-1])
+    for i, name in enumerate(out.stage_names):
+        p_in = softmax(xs[i])
+        assert out.kept[i].tolist() == np.isfinite(xs[i + 1][ids]).tolist()
+        assert out.kept_counts[i] == np.isfinite(xs[i + 1]).sum()
+        line = out.thresholds[i]
+        if name == "temperature":
+            assert math.isnan(line)
+        elif name == "top_k":
+            assert line == np.sort(p_in)[-s.top_k]  # the k-th kept token's probability in its input
+        elif name == "min_p":
+            assert line == pytest.approx(s.min_p * p_in.max(), rel=1e-5)
+        else:
+            assert name == "top_p" and line == np.float32(s.top_p)
+        if name in ("top_k", "min_p"):  # the line is on the probabilities the stage received
+            assert (out.probs[i][out.kept[i]] >= line * (1 - 1e-5)).all()
+            assert (out.probs[i][~out.kept[i]] <= line * (1 + 1e-5)).all()
+
+
+@pytest.mark.parametrize("order", list(StageOrder))
+def test_top_p_records_the_running_mass_it_cut_on_in_its_own_order(order):
+    rng = np.random.default_rng(7)
+    x = (rng.normal(size=300) * 2).astype(np.float32)
+    x[[5, 9, 40]] = x.max() - 0.5  # a tie among the leaders: top-p orders it by id
+    h = History.start(NUMPY, 300, [int(np.argmax(x)), 3, 3])  # penalties reorder the candidates
+    s = ALL_FILTERS.with_(order=order, top_p=0.7, min_p=0.0, repetition_penalty=1.6, presence_penalty=0.5)
+    out = draw(x, s, u=0.4, history=h)
+    assert out.stage_names[0] == "penalties"
+    k = out.stage_names.index("top_p")
+    x_in = stage_logits(x, s, History.start(NUMPY, 300, [int(np.argmax(x)), 3, 3]))[k]
+    order_ids = top_p_order(x_in)
+    mass = np.cumsum(softmax(x_in)[order_ids])
+    position = np.argsort(order_ids)
+    ids = out.top_ids[:20]
+    np.testing.assert_allclose(out.top_p_cumulative, mass[position[ids]], rtol=1e-5)
+    before = out.top_p_cumulative - out.probs[k]  # the mass ahead of each candidate
+    assert out.kept[k].tolist() == (before < s.top_p).tolist()
+
+
+def test_top_p_cumulative_after_top_k_is_renormalized():
+    x = np.log(np.array([0.4, 0.3, 0.2, 0.1], dtype=np.float32))
+    out = draw(x, SamplerSettings(temperature=1.0, top_k=2, top_p=0.9, order="temperature-last"), top_n=4)
+    assert out.stage_names == ("top_k", "top_p", "temperature")
+    np.testing.assert_allclose(out.top_p_cumulative, [4 / 7, 1.0, 1.0, 1.0], rtol=1e-6)
+
+
+def test_the_issue_min_p_after_temperature_cuts_on_the_tempered_distribution():
+    # T = 0.5, min-p 0.3: a token the core cut is below the recorded line, which is in min-p's input space
+    rng = np.random.default_rng(11)
+    x = (rng.normal(size=200) * 1.2).astype(np.float32)
+    out = draw(x, SamplerSettings(temperature=0.5, min_p=0.3), top_n=20)
+    t, m = out.stage_names.index("temperature"), out.stage_names.index("min_p")
+    assert (t, m) == (0, 1)
+    cut = ~out.kept[m]
+    assert cut.any() and (out.probs[m][cut] < out.thresholds[m]).all()
+    assert (out.probs[m] != out.probs[0]).any()  # raw probabilities are another space: the old chart's mistake
+
+
+def test_penalties_are_a_recorded_stage_without_a_threshold():
+    x = np.array([2.0, 1.0, 0.5, 0.0], dtype=np.float32)
+    h = History.start(NUMPY, 4, [0])
+    out = draw(x, SamplerSettings(temperature=1.0, repetition_penalty=2.0), history=h, top_n=4)
+    assert out.stage_names == ("penalties", "temperature") and math.isnan(out.thresholds[0])
+    np.testing.assert_allclose(out.probs[1], softmax(np.array([1.0, 1.0, 0.5, 0.0]))[[0, 1, 2, 3]], rtol=1e-6)
+    assert out.kept.all()
+
+
+def test_the_record_is_compact():
+    out = draw(np.random.default_rng(0).normal(size=5000).astype(np.float32), ALL_FILTERS)
+    assert out.top_ids.dtype == np.int32 and out.values.dtype == np.float32 and out.kept.dtype == bool
+    arrays = [getattr(out, f) for f in out.__slots__ if isinstance(getattr(out, f), np.ndarray)]
+    assert len(arrays) == 3 and not hasattr(out, "__dict__")
+
+
+def test_a_partial_record_has_what_the_server_reported_and_nothing_else():
+    p = Sample.partial(7, math.log(0.6), [7, 2, 9], [math.log(0.6), math.log(0.3), math.log(0.1)])
+    assert p.is_partial and p.reported == "final" and p.stage_names == () and p.u is None
+    assert p.prob == pytest.approx(0.6) and p.raw_logprob is None and p.rank is None
+    assert p.entropy is None and p.raw_lse is None and p.top_logits is None and p.top_p_cumulative is None
+    assert p.raw_probs is None and p.final_probs.tolist() == pytest.approx([0.6, 0.3, 0.1])
+    assert p.kept.shape == (0, 3) and p.thresholds.size == 0 and p.cut_by(0) is None
+    raw = Sample.partial(2, math.log(0.3), [7, 2, 9], [math.log(0.6), math.log(0.3), math.log(0.1)], "raw")
+    assert raw.rank == 1 and raw.prob is None and raw.final_probs is None
+    assert raw.raw_logprob == pytest.approx(math.log(0.3)) and raw.raw_probs.tolist() == pytest.approx([0.6, 0.3, 0.1])
+
+
+def test_resample_makes_the_same_record_through_the_same_pipeline():
+    rng = np.random.default_rng(4)
+    x = (rng.normal(size=3000) * 2).astype(np.float32)
+    recorded = draw(x, SamplerSettings(temperature=1.0), u=0.6)
+    s = ALL_FILTERS.with_(order="temperature-last", top_k=40)
+    want = draw(x, s, u=0.6)
+    got = resample(recorded.top_ids, recorded.top_logits, s, 0.6)
+    assert got.stage_names == want.stage_names and got.token == want.token
+    np.testing.assert_array_equal(got.kept, want.kept)
+    np.testing.assert_allclose(got.probs[1:], want.probs[1:], rtol=1e-4, atol=1e-7)  # after top-k: exact
+    np.testing.assert_allclose(got.thresholds[1:], want.thresholds[1:], rtol=1e-4)
+    np.testing.assert_allclose(got.top_p_cumulative, want.top_p_cumulative, rtol=1e-4)
+
+
+def executors() -> list:
+    """The other executors of the one pipeline, where installed (MLX twice: records on the host, on the device)."""
+    from backends import installed
+
+    out = []
+    if installed("torch"):
+        import torch
+
+        from backends.torch_backend import TorchOps
+
+        out.append(pytest.param(TorchOps(torch.device("cpu")), id="torch"))
+    if installed("mlx"):
+        from backends.mlx_backend import MlxOps
+
+        device = MlxOps()
+        device.host_record = False
+        out += [pytest.param(MlxOps(), id="mlx"), pytest.param(device, id="mlx-device-record")]
+    return out
+
+
+@pytest.mark.parametrize("ops", executors())
+@pytest.mark.parametrize("order", list(StageOrder))
+def test_every_executor_records_what_the_reference_records(ops, order):
+    rng = np.random.default_rng(2)
+    s = ALL_FILTERS.with_(order=order, top_k=30, min_p=0.05, presence_penalty=0.7)
+    for _ in range(2):
+        x = (rng.normal(size=2000) * 3).astype(np.float32)
+        x[rng.integers(0, 2000, 4)] = x.max()  # ties at the top
+        u = float(rng.random())
+        want = draw(x, s, u=u, history=History.start(NUMPY, 2000, [1, 2, int(np.argmax(x))]))
+        got = sample(ops, ops.f32(x), s, u, history=History.start(ops, 2000, [1, 2, int(np.argmax(x))]))
+        assert got.stage_names == want.stage_names and got.token == want.token
+        np.testing.assert_array_equal(got.top_ids, want.top_ids)
+        np.testing.assert_array_equal(got.kept, want.kept)
+        np.testing.assert_allclose(got.probs, want.probs, rtol=1e-4, atol=1e-7)
+        np.testing.assert_allclose(got.thresholds, want.thresholds, rtol=1e-4)
+        np.testing.assert_allclose(got.top_p_cumulative, want.top_p_cumulative, rtol=1e-4)
