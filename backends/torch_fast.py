@@ -15,6 +15,7 @@ storage, so the weights exist once; on a GPU the layout is left as is (a transpo
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,6 +84,7 @@ class FastLlama:
         self.device, self.dtype = embed.device, embed.dtype
         self.static_len = min(compile_len, self.max_len) if compile_len else None
         self._compiled = None
+        self._compiled_once = False
         if self.static_len:
             import torch._inductor.config as inductor
             from torch._inductor import select_algorithm
@@ -159,7 +161,7 @@ class FastLlama:
         if (self._compiled is not None and b == t == 1 and positions == "last"
                 and cache.k[0].shape[2] == self.static_len):  # other batch sizes would compile again: eager
             cache.pos = p + 1
-            return self._compiled(ids, torch.tensor(p, device=ids.device), cache.k, cache.v)
+            return self._static_step(ids, torch.tensor(p, device=ids.device), cache)
         w = self.w
         x = F.embedding(ids.reshape(-1), w.embed)  # (b * t, hidden)
         cos, sin = w.cos[p : p + t], w.sin[p : p + t]
@@ -177,6 +179,15 @@ class FastLlama:
             x = x.view(b, t, -1)[:, -1]  # (b, hidden)
         logits = (F.rms_norm(x, (x.shape[-1],), w.norm, self.eps) @ w.lm_head).float()
         return logits.view(b, t, -1) if positions == "all" else logits
+
+    def _static_step(self, ids: torch.Tensor, pos: torch.Tensor, cache: FastCache) -> torch.Tensor:
+        if self._compiled_once:
+            return self._compiled(ids, pos, cache.k, cache.v)
+        with warnings.catch_warnings():  # compiling, torch warns about its own internals (TypedStorage, jit):
+            warnings.simplefilter("ignore")  # nothing a user can act on, printed over their output
+            out = self._compiled(ids, pos, cache.k, cache.v)
+        self._compiled_once = True
+        return out
 
     def decode_static(self, w: Weights, ids: torch.Tensor, pos: torch.Tensor, ks: list[torch.Tensor],
                       vs: list[torch.Tensor]) -> torch.Tensor:

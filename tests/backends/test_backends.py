@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 
 import numpy as np
-import pytest
 
 from app.core.events import Finished, Message, Request, Step
 from app.core.generation import generate
@@ -126,7 +125,6 @@ def _prefilled(model, tokens: list[list[int]]):
     return cache
 
 
-@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")  # inductor's own
 def test_the_opt_in_compiled_static_cache_gives_the_same_tokens(tiny_path, torch_model):
     import torch
 
