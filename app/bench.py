@@ -20,6 +20,7 @@ from typing import Any
 
 from app.core.events import Finished, Request
 from app.core.generation import Prefix, generate
+from app.core.metrics import Metrics
 from app.core.models import resolve
 from app.core.settings import SamplerSettings
 from backends import get_backend
@@ -63,15 +64,20 @@ def run_ours(model: Any, ids: tuple[int, ...], n: int, s: SamplerSettings, recor
     req = Request(prompt_ids=ids, settings=s.with_(max_tokens=n, seed=seed), record=record, ignore_eos=True,
                   top_n=20)
     fin = [e for e in generate(model, req, threading.Event()) if isinstance(e, Finished)][-1]
-    m = fin.metrics
+    return _row(fin.metrics)
+
+
+def _row(m: Metrics) -> dict[str, float]:
     return {"ttft_s": m.ttft_s, "prefill_tokens_per_s": m.prefill_tokens_per_s,
             "decode_tokens_per_s": m.decode_tokens_per_s, "tokens": m.generated_tokens}
 
 
 def run_mode(mode: str, backend: str, model: Any, ids: tuple[int, ...], n: int, s: SamplerSettings,
              seed: int) -> dict:
-    if mode == "baseline":
-        return baseline(backend)(model, ids, n, s.temperature, s.top_p, seed)
+    if mode == "baseline":  # the baseline's own generate, timed from outside: prefill is its TTFT
+        r = baseline(backend)(model, ids, n, s.temperature, s.top_p, seed)
+        return _row(Metrics(prompt_tokens=r["prompt_tokens"], generated_tokens=r["tokens"], ttft_s=r["ttft_s"],
+                            prefill_s=r["ttft_s"], decode_s=r["decode_s"]))
     return run_ours(model, ids, n, s, mode == "trace", seed)
 
 

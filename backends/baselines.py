@@ -15,10 +15,9 @@ from typing import Any
 
 
 def _result(prompt_len: int, start: float, stamps: list[float]) -> dict[str, float]:
-    ttft = stamps[0] - start
-    decode = stamps[-1] - stamps[0]
-    return {"ttft_s": ttft, "prefill_tokens_per_s": prompt_len / ttft,
-            "decode_tokens_per_s": (len(stamps) - 1) / decode if decode > 0 else 0.0, "tokens": len(stamps)}
+    """Raw times; the caller turns them into rates (app.core.metrics holds the one definition of a rate)."""
+    return {"prompt_tokens": prompt_len, "ttft_s": stamps[0] - start, "decode_s": stamps[-1] - stamps[0],
+            "tokens": len(stamps)}
 
 
 def torch_generate(model: Any, prompt_ids: Sequence[int], n: int, temperature: float, top_p: float,
