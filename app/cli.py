@@ -82,6 +82,8 @@ def window_parser() -> argparse.ArgumentParser:
     add_model_args(p)
     p.add_argument("--prompt", help="start with this prompt")
     p.add_argument("--screenshot", help="run one generation, save a screenshot of the window here, and exit")
+    p.add_argument("--open", metavar="FILE", help="show a saved run (a --trace file); no model is loaded until you "
+                   "generate")
     add_sampler_args(p)
     return p
 
@@ -167,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail(str(e), 2)
     from app.ui.main import run_window
 
-    return run_window(spec_from(args), settings, prompt=args.prompt, screenshot=args.screenshot)
+    return run_window(spec_from(args), settings, prompt=args.prompt, screenshot=args.screenshot, open_path=args.open)
 
 
 def dump(obj: object) -> str:

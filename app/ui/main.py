@@ -1,5 +1,6 @@
 """Starts the window: `logitlab` (and `logitlab --screenshot out.png`, which runs one generation, selects its
-last step, saves a picture of the whole window and exits).
+last step, saves a picture of the whole window and exits; `logitlab --open run.jsonl` shows a saved run without
+loading a model, and with `--screenshot` pictures it).
 """
 
 from __future__ import annotations
@@ -28,7 +29,16 @@ def headless() -> bool:
 
 
 def run_window(spec: ModelSpec, settings: SamplerSettings, prompt: str | None = None,
-               screenshot: str | None = None) -> int:
+               screenshot: str | None = None, open_path: str | None = None) -> int:
+    trace = None
+    if open_path:
+        from app.core.trace import RunTrace, TraceFormatError
+
+        try:
+            trace = RunTrace.load(open_path)
+        except (OSError, TraceFormatError) as e:
+            print(f"logitlab: error: cannot open {open_path}: {getattr(e, 'strerror', None) or e}", file=sys.stderr)
+            return 2
     if headless():
         if not screenshot:
             print("logitlab: error: no display to open the window on (set DISPLAY, or use "
@@ -48,12 +58,16 @@ def run_window(spec: ModelSpec, settings: SamplerSettings, prompt: str | None = 
     if prompt is not None:
         window.prompt.set_prompt(prompt)
     window.show()
+    if trace is not None:
+        window.sampler.set_settings(trace.settings)
+        window.prompt.set_prompt(trace.prompt_text)
+        window.playground.open_run(trace)
     if screenshot:
-        return _screenshot(app, window, screenshot)
+        return _screenshot(app, window, screenshot, run=trace is None)
     return app.exec()
 
 
-def _screenshot(app: QApplication, window, path: str) -> int:  # noqa: ANN001 - MainWindow
+def _screenshot(app: QApplication, window, path: str, run: bool = True) -> int:  # noqa: ANN001 - MainWindow
     result = {"code": 0}
 
     def save() -> None:
@@ -72,6 +86,9 @@ def _screenshot(app: QApplication, window, path: str) -> int:  # noqa: ANN001 - 
 
     window.playground.finished.connect(finished)
     window.playground.failed.connect(failed)
-    QTimer.singleShot(0, window.generate)
+    if run:
+        QTimer.singleShot(0, window.generate)
+    else:  # a saved run is already shown
+        QTimer.singleShot(0, lambda: finished(None))
     app.exec()
     return result["code"]

@@ -104,6 +104,24 @@ class Playground(QObject):
         self.run_started.emit(request)
         return True
 
+    def open_run(self, trace: RunTrace) -> None:
+        """Show a saved run, with no model: it joins the session as a finished run and the views draw it."""
+        if self._busy and not self._load_only:
+            return
+        request = Request(prompt_ids=tuple(trace.prompt_ids), settings=trace.settings, parent=trace.parent)
+        run = self.session.start(request)[0]
+        metrics = trace.metrics or Metrics(prompt_tokens=len(trace.prompt_ids), generated_tokens=len(trace.steps))
+        run.prefilled = Prefilled(request.id, tuple(trace.prompt_ids), trace.prompt_text, trace.seed,
+                                  metrics.prefill_s, metrics.reused_tokens)
+        run.finished = Finished(request.id, trace.finish_reason or "length", metrics, trace)
+        self.shown, self.selected = run, None
+        self.run_started.emit(request)
+        self.prefilled.emit(run.prefilled)
+        run.steps = list(trace.steps)
+        self._emit_steps([Step(request.id, st.step, st.token_id, st.text, st, metrics.kv_cache_bytes)
+                          for st in trace.steps])
+        self.finished.emit(run.finished)
+
     def score(self, request: Request) -> None:
         """The prompt's own log-probabilities, queued behind whatever the model thread is doing."""
         self.worker.score(request)

@@ -167,3 +167,17 @@ def test_compile_asks_the_loader_for_a_static_cache():
     on = spec_from(generate_parser().parse_args(["--compile"]))
     off = spec_from(generate_parser().parse_args([]))
     assert on.options.compile_len == COMPILE_LEN and off.options.compile_len is None
+
+
+def test_a_saved_run_opens_in_the_window_with_no_model(tiny_path: Path, tmp_path: Path):
+    trace, shot = tmp_path / "run.jsonl", tmp_path / "shot.png"
+    r = logitlab("generate", "--model", str(tiny_path), "--prompt", "Hello", "--max-tokens", "8", "--seed", "3",
+                 "--trace", str(trace))
+    assert r.returncode == 0, r.stderr
+    env = {k: v for k, v in ENV.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
+    r = logitlab("--open", str(trace), "--model", "/no/model/here", "--screenshot", str(shot), env=env)
+    assert r.returncode == 0, r.stderr  # the model named is never loaded: a saved run needs none
+    assert shot.exists() and "error" not in r.stderr
+    trace.write_text('{"format": "logitlab-trace", "version": 999}\n')
+    r = logitlab("--open", str(trace), "--screenshot", str(shot), env=env)
+    assert r.returncode == 2 and "cannot open" in r.stderr and "Traceback" not in r.stderr
