@@ -229,7 +229,8 @@ class MainWindow(QMainWindow):
         self.playground.score(request)
 
     def _preload(self) -> None:
-        if not self.playground.busy:
+        """Load the model ahead of the first run; not when a saved run is open (look first, load on Generate)."""
+        if not self.playground.busy and not self.playground.session.runs:
             self.playground.load(self.model_bar.spec())
 
     def load(self, spec: ModelSpec) -> None:
@@ -293,36 +294,49 @@ class MainWindow(QMainWindow):
     def _steps(self, steps: list) -> None:
         self.output.text.append_steps(steps)
         traces = [s.trace for s in steps if s.trace is not None]
-        self.timeline.append([t.prob for t in traces], [t.sample.entropy for t in traces])
+        nan = float("nan")  # not reported (a server's partial trace): the timeline shows a gap, not a number
+        self.timeline.append([nan if t.prob is None else t.prob for t in traces],
+                             [nan if t.sample.entropy is None else t.sample.entropy for t in traces])
         if not self._chart_timer.isActive():
             self._chart_timer.start()
 
     def _refresh_charts(self) -> None:
-        """The throttled part of streaming: timeline, the latest step's chart (unless one is pinned), metrics."""
+        """The throttled part of streaming: timeline, the shown step (the latest, or the one pinned), metrics.
+        The shown step is redrawn every time, pinned or not: chart, header and selection never drift apart."""
         self.timeline.redraw()
         steps = self.playground.steps
-        if self.playground.selected is None and steps:
-            self._show_step(len(steps) - 1, steps[-1])
+        if steps:
+            i = len(steps) - 1 if self.playground.selected is None else self.playground.selected
+            self._show_step(i, steps[i])
         stats = self.playground.live_stats()
         self.metrics.live(*stats)
         self.model_card.show_kv(stats[-1])
 
     def _show_step(self, i: int, trace: object) -> None:
-        self.step_chart.show_sample(trace.sample, trace.top_texts)
-        self.step_title.setText(f"<b>Step {i}</b> — drew <code>{_visible(trace.text)}</code> "
-                                f"with p = {trace.prob:.3f} (model: {trace.raw_prob:.3f}, rank {trace.sample.rank})")
-        self.output.text.select(i if self.playground.selected is not None else None)
-        self.timeline.set_cursor(i)
+        """Chart, header, the output's selected token and the timeline's cursor, all from one step record (`i`
+        is its index, `trace.step`). While streaming the latest step, no token is selected: it moves too fast."""
+        s = trace.sample
+        self.step_chart.show_sample(s, trace.top_texts)
+        p = "?" if s.prob is None else f"{s.prob:.3f}"
+        model = "not reported" if trace.raw_prob is None else f"{trace.raw_prob:.3f}, rank {s.rank}"
+        self.step_title.setText(f"<b>Step {trace.step}</b> — drew <code>{_visible(trace.text)}</code> "
+                                f"with p = {p} (model: {model})")
+        following = self.playground.selected is None and self.playground.busy
+        self.output.text.select(None if following else trace.step)
+        self.timeline.set_cursor(trace.step)
 
     def _preview(self, sample: object, trace: object) -> None:
+        """Step `trace` re-sampled under the panel's settings (`sample`; None: the same as recorded)."""
         if sample is None:
             self._show_step(trace.step, trace)
             return
         self.step_chart.show_sample(sample, trace.top_texts)
-        tok = sample.top_ids.tolist().index(sample.token) if sample.token in sample.top_ids else None
-        text = _visible(trace.top_texts[tok]) if tok is not None and tok < len(trace.top_texts) else sample.token
+        ids = sample.top_ids[: len(trace.top_texts)].tolist()
+        text = _visible(trace.top_texts[ids.index(sample.token)]) if sample.token in ids else f"token {sample.token}"
         self.step_title.setText(f"<b>Step {trace.step}, re-sampled with the panel's settings</b> — would draw "
                                 f"<code>{text}</code> with p = {sample.prob:.3f}")
+        self.output.text.select(trace.step)
+        self.timeline.set_cursor(trace.step)
 
     def _sampler_changed(self) -> None:
         if not self.playground.busy:
@@ -336,12 +350,10 @@ class MainWindow(QMainWindow):
 
     def _finished(self, ev: Finished) -> None:
         self.reply_button.setVisible(self.prompt.chat_mode and bool(self.playground.steps))
-        self._chart_timer.stop()
+        self._chart_timer.stop()  # its redraw is due now, with every step in: never skip it
         self._refresh_charts()
         self.output.text.mark_end(ev.reason)
         self.metrics.final(ev.metrics)
-        if self.playground.steps:
-            self.playground.select_step(self.playground.selected)
 
     # persistence --------------------------------------------------------------------------------------------
     def _remember_model(self, source: str) -> None:

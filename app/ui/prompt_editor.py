@@ -216,7 +216,7 @@ class PromptEditor(QWidget):
         self._debounce.start()
         if self.show_surprisal.isChecked():
             self._score_debounce.start()
-            self.surprisal.status.setText("edited: scoring after a pause in typing…")
+            self.surprisal.set_status("· edited…")
         self.changed.emit()
 
     def model_text(self) -> tuple[list[int], str]:
@@ -266,17 +266,17 @@ class PromptEditor(QWidget):
         if not self.show_surprisal.isChecked():
             return
         if self.tokenizer is None:
-            self.surprisal.clear("load a model to score the prompt")
+            self.surprisal.clear("Load a model to score the prompt.")
             return
         try:
             ids, text = self.model_text()
-        except ValueError as e:
-            self.surprisal.clear(str(e))
+        except ValueError as e:  # (the token count beneath says the same)
+            self.surprisal.clear(f"Nothing to score: {e}.")
             return
         if not ids or not text:
-            self.surprisal.clear("type a prompt to see how surprising the model finds each token")
+            self.surprisal.clear("Type a prompt to see how surprising the model finds each of its tokens.")
             return
-        self.surprisal.status.setText("scoring…")
+        self.surprisal.scoring()
         if self._score_in_flight:
             self._rescore = True
             return
@@ -301,7 +301,7 @@ class PromptEditor(QWidget):
         """A request failed (the window shows why): do not wait for a score that may never come."""
         if self._score_in_flight:
             self._score_in_flight = False
-            self.surprisal.status.setText("")
+            self.surprisal.set_status("")
             if self._rescore:
                 self._rescore = False
                 self.request_score()

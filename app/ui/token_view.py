@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QPoint, Qt, Signal
 from PySide6.QtGui import QColor, QLinearGradient, QMouseEvent, QPainter, QTextCharFormat, QTextCursor
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QTextEdit, QToolTip, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QTextEdit, QToolTip, QVBoxLayout, QWidget
 
 from app.core.events import Step
 from app.core.surprisal import PromptScore
@@ -263,7 +263,6 @@ class SurprisalText(TokenSpans):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setPlaceholderText("Each prompt token, shaded by how surprising the model finds it.")
         self._formats = [self._format(i / (SHADES - 1)) for i in range(SHADES)]
         self._first = QTextCharFormat()  # the first token: nothing precedes it, so it has no probability
         self._first.setForeground(QColor(128, 128, 128))
@@ -339,20 +338,26 @@ def surprisal_tooltip(score: PromptScore, i: int, token_text: Callable[[int], st
 
 
 class SurprisalView(QWidget):
-    """The surprisal text with its legend above and a one-line summary (or what it is waiting for) below."""
+    """The surprisal text under a header: the title, a short status (perplexity, or "scoring…") and the legend.
+    What it is waiting for (a model, a prompt) is the empty text's placeholder."""
+
+    EMPTY = "Each prompt token, shaded by how surprising the model finds it."
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.text = SurprisalText()
-        self.status = QLabel(wordWrap=True)
+        self.text.setPlaceholderText(self.EMPTY)
+        self.status = QLabel()
         self.status.setObjectName("surprisal_status")
         self.status.setStyleSheet("color: gray")
+        # Never widen the prompt column for a status: clip it instead.
+        self.status.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         tip = ("Background = how unlikely the model found each prompt token, given the tokens before it "
                "(log scale: each quarter of the bar is a factor of 10). Hover a token for its probability and "
                "the model's alternatives.")
         head = QHBoxLayout()
         head.addWidget(QLabel("<b>Surprisal</b>", toolTip=tip))
-        head.addStretch(1)
+        head.addWidget(self.status, 1)
         head.addWidget(QLabel("p = 1"))
         head.addWidget(Legend(surprise_color, tip, width=96))
         head.addWidget(QLabel("10⁻⁴"))
@@ -360,18 +365,30 @@ class SurprisalView(QWidget):
         box.setContentsMargins(0, 0, 0, 0)
         box.addLayout(head)
         box.addWidget(self.text, 1)
-        box.addWidget(self.status)
 
     def show_score(self, score: PromptScore, token_text: Callable[[int], str]) -> None:
         self.text.show_score(score, token_text)
         lps = [lp for lp in score.logprobs.tolist() if not math.isnan(lp)]
-        if lps:
-            mean = -sum(lps) / len(lps)
-            self.status.setText(f"perplexity {math.exp(mean):,.1f} · mean surprisal {mean / math.log(2):.1f} "
-                                f"bits/token over {len(lps)} predicted tokens")
-        else:
-            self.status.setText("one token: nothing to score (the first token has nothing before it)")
+        if not lps:
+            self.set_status("· one token: nothing before it to predict it")
+            return
+        mean = -sum(lps) / len(lps)  # nats per predicted token
+        self.set_status(f"· perplexity {math.exp(mean):,.1f}",
+                        f"Mean surprisal {mean / math.log(2):.2f} bits per token over the {len(lps)} tokens the model "
+                        f"predicted: on average as unsure as a pick among {math.exp(mean):,.1f} equally likely "
+                        "tokens (perplexity).")
 
-    def clear(self, status: str = "") -> None:
+    def set_status(self, text: str, tip: str = "") -> None:
+        self.status.setText(text)
+        self.status.setToolTip(tip or text)
+
+    def scoring(self) -> None:
+        """A score is on its way: the shading shown (if any) stays until it is back."""
+        self.text.setPlaceholderText(self.EMPTY)
+        self.set_status("· scoring…")
+
+    def clear(self, why: str = "") -> None:
+        """No shading; `why` (what it waits for) shows in its place."""
         self.text.clear_score()
-        self.status.setText(status)
+        self.text.setPlaceholderText(why or self.EMPTY)
+        self.set_status("")
