@@ -22,13 +22,14 @@ FINAL = QColor(255, 140, 0)  # orange: what the sampler drew from
 DRAWN = QColor(220, 20, 60)  # crimson outline: the drawn token
 CUT = QColor(150, 150, 150, 110)
 MAX_LABEL = 7
+CHAR_PX = 7  # about one character of the tick font: labels are cut to what fits under a bar
 BRUSH = {True: pg.mkBrush(RAW), False: pg.mkBrush(CUT)}  # made once: charts update many times a second
 PEN = {True: pg.mkPen(DRAWN, width=2), False: pg.mkPen(None)}
 
 
-def _label(text: str) -> str:
+def _label(text: str, limit: int = MAX_LABEL) -> str:
     t = visible(text)
-    return t if len(t) <= MAX_LABEL else t[: MAX_LABEL - 1] + "…"
+    return t if len(t) <= limit else t[: max(1, limit - 1)] + "…"
 
 
 def _themed(plot: pg.PlotWidget) -> None:
@@ -64,13 +65,16 @@ class StageLine:
     """A stage that cuts at a probability (top-k, min-p): its threshold line and, under it, the probabilities the
     stage received (a short dash per candidate), so the line is read against the values it cut."""
 
-    def __init__(self, chart: StepChart, label: str, color: QColor, style: Qt.PenStyle, position: float) -> None:
-        self.input_name = f"{label}'s input"
+    def __init__(self, chart: StepChart, label: str, color: QColor, style: Qt.PenStyle) -> None:
+        self.label = label
         self.marks = pg.PlotDataItem(pen=pg.mkPen(color, width=2))
-        self.line = pg.InfiniteLine(angle=0, pen=pg.mkPen(color, style=style), label=label + " cut {value:.3f}",
-                                    labelOpts={"position": position, "color": color})
+        self.line = pg.InfiniteLine(angle=0, pen=pg.mkPen(color, style=style))
         chart.addItem(self.marks)
         chart.addItem(self.line)
+
+    def legend(self) -> str:
+        """Its legend entry, which also gives the line's value (a label on the line would sit on the bars)."""
+        return f"{self.label}'s input · cut at {self.line.value():.3f}"
 
     def show(self, probs_in: np.ndarray | None, threshold: float) -> bool:
         """Draw the stage's input (N,) and its line; hide both when the stage did not run. True if shown."""
@@ -84,9 +88,9 @@ class StageLine:
         return shown
 
 
-# Stages whose threshold is a probability, drawn over their own input: colour, line style, label position.
-STAGE_LINES = {"top_k": ("top-k", QColor(0, 139, 139), Qt.PenStyle.DashDotLine, 0.8),
-               "min_p": ("min-p", QColor(138, 43, 226), Qt.PenStyle.DotLine, 0.35)}
+# Stages whose threshold is a probability, drawn over their own input: label, colour, line style.
+STAGE_LINES = {"top_k": ("top-k", QColor(0, 139, 139), Qt.PenStyle.DashDotLine),
+               "min_p": ("min-p", QColor(138, 43, 226), Qt.PenStyle.DotLine)}
 
 
 class StepChart(ThemedPlot):
@@ -95,34 +99,40 @@ class StepChart(ThemedPlot):
     the top-k / min-p lines over the probabilities those stages received. A partial record (a server's) shows
     only the probabilities it reported."""
 
+    shown: tuple[Sample, tuple[str, ...]] | None = None  # the record drawn and its candidates' texts
+
     def __init__(self, parent: QWidget | None = None, max_n: int = 32) -> None:
         super().__init__(parent)
         self.setMouseEnabled(x=False, y=False)
         pi = self.getPlotItem()
         pi.setLabel("left", "probability")
         pi.showGrid(y=True, alpha=0.2)
-        self.legend = pi.addLegend(offset=(-10, 5), labelTextColor=self.palette().color(QPalette.ColorRole.Text))
-        self.raw = pg.BarGraphItem(x=[0], height=[0], width=0.38, brush=RAW, pen=None, name="model (raw)")
-        self.final = pg.BarGraphItem(x=[0], height=[0], width=0.38, brush=FINAL, pen=None, name="sampled from")
+        small = QFont(self.font())
+        small.setPointSizeF(max(6.0, small.pointSizeF() * 0.85))
+        base = self.palette().color(QPalette.ColorRole.Base)
+        base.setAlpha(215)  # over the cut labels and the curve, still readable
+        self.legend = pi.addLegend(offset=(-10, 5), labelTextColor=self.palette().color(QPalette.ColorRole.Text),
+                                   labelTextSize=f"{small.pointSizeF():.1f}pt", brush=pg.mkBrush(base))
+        self.raw = pg.BarGraphItem(x=[0], height=[0], width=0.38, brush=RAW, pen=None)
+        self.final = pg.BarGraphItem(x=[0], height=[0], width=0.38, brush=FINAL, pen=None)
         self.cumulative = pg.PlotDataItem(pen=pg.mkPen(QColor(120, 120, 120), width=1), symbol="o", symbolSize=4)
         for item in (self.raw, self.final, self.cumulative):
             self.addItem(item)
-        self.top_p_line = pg.InfiniteLine(angle=0, pen=pg.mkPen(QColor(46, 139, 87), style=Qt.PenStyle.DashLine),
-                                          label="top-p {value:.2f}", labelOpts={"position": 0.55})
+        green = QColor(46, 139, 87)
+        self.top_p_line = pg.InfiniteLine(angle=0, pen=pg.mkPen(green, style=Qt.PenStyle.DashLine),
+                                          label="top-p {value:.2f}", labelOpts={"position": 0.55, "color": green})
         self.addItem(self.top_p_line)
         self.stage_lines = {name: StageLine(self, *opts) for name, opts in STAGE_LINES.items()}
         self.cut_labels = [pg.TextItem(anchor=(0, 0.5), angle=90, color=QColor(128, 128, 128)) for _ in range(max_n)]
         for t in self.cut_labels:
+            t.setFont(small)
             self.addItem(t)
-        small = QFont(self.font())
-        small.setPointSizeF(max(6.0, small.pointSizeF() * 0.85))
         pi.getAxis("bottom").setStyle(tickFont=small)
         self.title = pg.TextItem(anchor=(0, 0), color=self.palette().color(QPalette.ColorRole.Text))
         self.note = pg.TextItem(anchor=(0, 0), color=QColor(128, 128, 128))
         self.addItem(self.title)
         self.addItem(self.note)
         self.setYRange(0, 1.05, padding=0)
-        self.shown: tuple[Sample, tuple[str, ...]] | None = None
         self._ticks: list = []
         self._legend: list[tuple[object, str]] = []
 
@@ -131,10 +141,7 @@ class StepChart(ThemedPlot):
         x = np.arange(n, dtype=float)
         pens = [PEN[bool(d)] for d in s.top_ids[:n] == s.token]
         self._set_legend(self._show_reported(s, x, pens) if s.is_partial else self._show_stages(s, x, pens))
-        ticks = [[(i, _label(texts[i])) for i in range(n)]]
-        if ticks != self._ticks:
-            self.getPlotItem().getAxis("bottom").setTicks(ticks)
-            self._ticks = ticks
+        self._set_ticks(texts[:n])
         self.setXRange(-0.7, n - 0.3, padding=0)
         self.title.setText(heading)
         self.title.setPos(-0.6, 1.04)
@@ -158,7 +165,7 @@ class StepChart(ThemedPlot):
         for name, stage in self.stage_lines.items():
             i = s.stage_index(name)
             if stage.show(None if i is None else s.probs[i, :n], math.nan if i is None else float(s.thresholds[i])):
-                legend.append((stage.marks, stage.input_name))
+                legend.append((stage.marks, stage.legend()))
         for i, label in enumerate(self.cut_labels):
             self._cut_label(label, i, s.cut_by(i) if i < n else None, probs[0][i] if i < n else 0.0)
         self.note.setText("")
@@ -180,22 +187,39 @@ class StepChart(ThemedPlot):
         self.note.setPos(-0.6, 0.97)
         return [(bars, "sampled from" if s.reported == "final" else "model (raw)")]
 
+    def _set_ticks(self, texts: tuple[str, ...]) -> None:
+        """Each candidate's text under its bars, cut to what fits at the chart's width."""
+        fits = int((self.width() - 50) / max(1, len(texts)) / CHAR_PX)  # 50: about the left axis
+        ticks = [[(i, _label(t, min(MAX_LABEL, fits))) for i, t in enumerate(texts)]]
+        if ticks != self._ticks:
+            self.getPlotItem().getAxis("bottom").setTicks(ticks)
+            self._ticks = ticks
+
+    def resizeEvent(self, e: object) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(e)
+        if self.shown is not None:
+            self._set_ticks(self.shown[1][: len(self._ticks[0]) if self._ticks else 0])
+
     @staticmethod
     def _cut_label(label: pg.TextItem, i: int, stage: str | None, height: float) -> None:
-        text = f"cut by {stage}" if stage else ""
+        text = f"cut by {stage.replace('_', '-')}" if stage else ""
         if label.toPlainText() != text:
             label.setText(text)
         if text:
             label.setPos(i - 0.2, min(height + 0.03, 0.6))
 
     def _set_legend(self, entries: list[tuple[object, str]]) -> None:
-        """Name only what is drawn (rebuilt only when that changes)."""
-        if entries == self._legend:
-            return
-        for item, _ in self._legend:
-            self.legend.removeItem(item)
-        for item, name in entries:
-            self.legend.addItem(item, name)
+        """Name only what is drawn: entries are rebuilt when the items drawn change, relabelled in place when
+        only a value in a name does."""
+        if [item for item, _ in entries] == [item for item, _ in self._legend]:
+            for (item, name), (_, old) in zip(entries, self._legend, strict=True):
+                if name != old:
+                    self.legend.getLabel(item).setText(name)
+        else:
+            for item, _ in self._legend:
+                self.legend.removeItem(item)
+            for item, name in entries:
+                self.legend.addItem(item, name)
         self._legend = entries
 
 
