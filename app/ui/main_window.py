@@ -8,13 +8,14 @@ import contextlib
 import html
 
 from PySide6.QtCore import QSettings, Qt, QTimer
-from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QResizeEvent
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QMainWindow,
     QPushButton,
     QScrollArea,
+    QSizePolicy,
     QSplitter,
     QToolButton,
     QVBoxLayout,
@@ -37,6 +38,7 @@ from app.ui.token_view import TokenView, visible
 MAX_RECENT = 10
 CHART_MS = 100  # charts redraw at most 10 times a second while streaming; the text at every frame
 PRELOAD_MS = 250
+NARROW = 1100  # px: narrower windows fold the model card away
 
 
 class Banner(QWidget):
@@ -91,6 +93,7 @@ class MainWindow(QMainWindow):
         self.model_card = ModelCard()
         self.banner = Banner()
         self.step_title = QLabel("<b>Next-token distribution</b>")
+        self.step_title.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # cut, not widened
         self.generate_button = QPushButton("Generate")
         self.stop_button = QPushButton("Stop", enabled=False)
         self.reply_button = QPushButton("Add the reply to the chat", visible=False,
@@ -169,6 +172,8 @@ class MainWindow(QMainWindow):
         ib.addStretch(1)
         self.main = self._splitter(Qt.Orientation.Horizontal, "main", self.left, self.center, info)
         self.main.setSizes([360, 760, 240])
+        self.main.setCollapsible(2, True)  # the model card gives way first in a small window (drag it back)
+        self._card_width: int | None = None  # its width before a narrow window folded it away
         root = QWidget()
         box = QVBoxLayout(root)
         box.setContentsMargins(6, 6, 6, 0)
@@ -391,6 +396,19 @@ class MainWindow(QMainWindow):
         p.set("backend", self.model_bar.backend.currentData())
         p.set("offline", self.model_bar.offline.isChecked())
         p.save()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt override
+        """Below `NARROW` pixels the model card folds away (its splitter handle brings it back); above, it returns."""
+        super().resizeEvent(event)
+        sizes = self.main.sizes()
+        narrow = event.size().width() < NARROW
+        if narrow and sizes[2] > 0 and self._card_width is None:
+            self._card_width = sizes[2]
+            self.main.setSizes([sizes[0], sizes[1] + sizes[2], 0])
+        elif not narrow and self._card_width is not None:
+            if sizes[2] == 0:
+                self.main.setSizes([sizes[0], max(1, sizes[1] - self._card_width), self._card_width])
+            self._card_width = None
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
         self.save_state()

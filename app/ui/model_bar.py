@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QProgressBar,
     QPushButton,
+    QSizePolicy,
     QToolButton,
     QWidget,
 )
@@ -40,7 +41,7 @@ class ModelBar(QWidget):
                 item.setToolTip(f"not installed: {INSTALL_HINT[name]}")
         self.model = QComboBox(editable=True, toolTip="A model folder, a Hugging Face hub id (owner/name), "
                                "or the built-in model")
-        self.model.setMinimumContentsLength(28)
+        self.model.setMinimumContentsLength(22)
         self.model.lineEdit().setPlaceholderText("folder or hub id, e.g. Qwen/Qwen2.5-0.5B-Instruct")
         self.model.addItem(BUILTIN_LABEL, BUILTIN_NAME)
         browse = QToolButton(text="…", toolTip="Choose a model: cached, recent, a folder or a hub id (Ctrl+O)")
@@ -65,6 +66,8 @@ class ModelBar(QWidget):
         self._download_start: tuple[float, int] | None = None
         self.status = QLabel("")
         self.status.setObjectName("model_status")
+        # a long status (a download's progress, a model's name) is cut at the window's edge, never widens it
+        self.status.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         row = QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
         for w, stretch in ((QLabel("Backend"), 0), (self.backend, 0), (QLabel("Model"), 0), (self.model, 2),
@@ -132,3 +135,4 @@ class ModelBar(QWidget):
         self._download_start = None
         self.progress.hide()
         self.status.setText(text)
+        self.status.setToolTip(text)

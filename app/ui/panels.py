@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QWidget
+from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QSizePolicy, QWidget
 
 from app.core.metrics import Metrics, rate
 from backends.base import ModelInfo
@@ -38,6 +38,8 @@ class MetricsStrip(QWidget):
             row.addWidget(label)
             row.addSpacing(12)
         row.addStretch(1)
+        # the figures are cut at the window's edge rather than widening a small window
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self._prompt_tokens = 0
 
     def _set(self, key: str, text: str) -> None:
@@ -75,9 +77,12 @@ class ModelCard(QWidget):
         super().__init__(parent)
         form = QFormLayout(self)
         form.setContentsMargins(4, 4, 4, 4)
+        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)  # narrow: each value under its name
         self.labels = {r: QLabel("—") for r in self.ROWS}
         for r, label in self.labels.items():
             label.setWordWrap(True)
+            # a long value (an architecture's name) wraps or is cut; it never widens a small window
+            label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
             form.addRow(r, label)
 
     def show_info(self, i: ModelInfo) -> None:
