@@ -30,7 +30,6 @@ U_MAX = 1 - 2**-23
 RECORD_K = 256  # raw logits kept per step for re-sampling without the model
 
 
-
 class Cut(NamedTuple):
     """What a stage left, and where it cut for the record (`_threshold` puts it in probability space)."""
 
@@ -333,12 +332,22 @@ def _threshold(ops: ArrayOps, cut: Cut, before: Dist) -> Array | float:
 
 def _cumulative(ops: ArrayOps, cut: Cut, x: Array, ids: Array) -> Array:
     """(N,) the running mass top-p computed at each candidate `ids` of its input `x`, in its own order (value
-    descending, ties to lower ids): at the position after every larger value and the tied candidates before."""
+    descending, ties to lower ids): at the position after every larger value and the tied candidates before.
+    (A token outside the top-N tied with a candidate, at a lower id, would be ahead of it too: only penalties
+    can make one, and only by an exact float tie; it is not counted.)"""
     sorted_x, cdf = cut.order
     v = ops.take(x, ids)
-    tied_ahead = (v[None, :] == v[:, None]) & (ids[None, :] < ids[:, None])  # (N, N)
-    ahead = ops.stack([ops.sum(row) for row in tied_ahead])
+    ahead = _row_counts(ops, (v[None, :] == v[:, None]) & (ids[None, :] < ids[:, None]))  # tied, lower id
     return ops.take(cdf, ops.minimum(_count_above(ops, sorted_x, v) + ahead, sorted_x.shape[0] - 1))
+
+
+def _row_counts(ops: ArrayOps, mask: Array) -> Array:
+    """(N,) the True in each row of an (N, N) mask whose diagonal is False: differences of one running count
+    over the rows laid end to end (its first entry, on the diagonal, is 0)."""
+    n = mask.shape[0]
+    running = ops.count_cumsum(mask.reshape(-1))
+    ends = ops.arange(n) * n + (n - 1)
+    return ops.take(running, ends) - ops.take(running, ops.maximum(ends - n, 0))
 
 
 def _count_above(ops: ArrayOps, sorted_desc: Array, v: Array) -> Array:
@@ -363,12 +372,14 @@ def resample(
     context_ids: Sequence[int] = (),
     generated_ids: Sequence[int] = (),
     top_n: int = 20,
+    recorded: Sample | None = None,
 ) -> Sample:
     """Re-apply `settings` to a recorded step without the model, over its top-`RECORD_K` raw logits.
 
     Exact whenever every token the new settings keep is among the recorded ones and the cut does not depend
-    on the unrecorded tail: greedy, top-k ≤ RECORD_K (then any top-p / min-p / penalties), min-p alone.
-    Ranks and token ids are those of the full vocabulary.
+    on the unrecorded tail: greedy, top-k ≤ RECORD_K (then any top-p / min-p / penalties), min-p alone; a
+    stage's row before such a cut is over the recorded logits. Ranks and token ids are those of the full
+    vocabulary, and so are the raw numbers when the `recorded` step is given (its raw row, entropy, lse).
     """
     by_id = np.argsort(top_ids, kind="stable")  # id order, so ties and the CDF walk match the full vocabulary
     ids, sub = top_ids[by_id], np.asarray(top_logits, dtype=np.float32)[by_id]
@@ -381,8 +392,15 @@ def resample(
         hist.generated = gen.astype(np.float32)
     s = sample(NUMPY, sub, settings, u, history=hist, top_n=top_n)
     assert isinstance(s, Sample)
-    return _to_full_vocab(s, ids)
+    s = replace(s, token=int(ids[s.token]), top_ids=ids[s.top_ids])
+    return s if recorded is None else _with_raw_of(s, recorded)
 
 
-def _to_full_vocab(s: Sample, ids: np.ndarray) -> Sample:
-    return replace(s, token=int(ids[s.token]), top_ids=ids[s.top_ids])
+def _with_raw_of(s: Sample, recorded: Sample) -> Sample:
+    """`s` with the raw distribution's numbers of the step it re-samples, which saw the whole vocabulary."""
+    n = s.top_n
+    if recorded.top_n < n or not np.array_equal(recorded.top_ids[:n], s.top_ids[:n]):
+        return s
+    at = int(np.flatnonzero(recorded.top_ids == s.token)[0])
+    return s.with_raw(recorded.probs[0, :n], float(recorded.top_logits[at]) - recorded.raw_lse, recorded.entropy,
+                      recorded.raw_lse)

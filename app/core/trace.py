@@ -14,7 +14,7 @@ import math
 import os
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,7 +29,20 @@ Reported = Literal["raw", "final"]  # which distribution a partial record's prob
 SCALARS = ("prob", "raw_logprob", "entropy", "final_entropy", "raw_lse")
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+class _Scalar:
+    """One of the record's SCALARS, read from its packed buffer: None where it was not observed (NaN there)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.index = SCALARS.index(name)
+
+    def __get__(self, obj: Sample | None, owner: type | None = None) -> float | None:
+        if obj is None:
+            return self  # type: ignore[return-value]
+        v = float(obj.values[self.index])
+        return None if math.isnan(v) else v
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Sample:
     """One step's record. Over the top-N candidates by raw probability (N = kept.shape[1]) and the S stages that
     ran, in order (penalties when active, temperature or greedy, top_k, top_p, min_p):
@@ -56,6 +69,10 @@ class Sample:
     kept: np.ndarray  # (S, N) bool
     values: np.ndarray  # float32: SCALARS, top_logits, probs, thresholds, kept_counts, top_p_cumulative
     reported: Reported | None = None  # None: a full record
+
+    def __post_init__(self) -> None:
+        for a in (self.top_ids, self.kept, self.values):  # a record is read by several threads: never written
+            a.flags.writeable = False
 
     @classmethod
     def record(cls, *, token: int, rank: int, u: float, stage_names: Sequence[str], top_ids: np.ndarray,
@@ -86,10 +103,10 @@ class Sample:
         prob, raw_logprob = (math.exp(lp), math.nan) if reported == "final" else (math.nan, lp)
         where = np.flatnonzero(ids == token)
         rank = int(where[0]) if reported == "raw" and where.size else None  # a rank is of the raw distribution
-        return cls.reported_only(token, rank, ids, probs, prob, raw_logprob, reported)
+        return cls._reported(token, rank, ids, probs, prob, raw_logprob, reported)
 
     @classmethod
-    def reported_only(cls, token: int, rank: int | None, top_ids: np.ndarray, probs: np.ndarray, prob: float,
+    def _reported(cls, token: int, rank: int | None, top_ids: np.ndarray, probs: np.ndarray, prob: float,
                       raw_logprob: float, reported: Reported) -> Sample:
         """A partial record from its parts (NaN: not reported)."""
         if reported not in ("raw", "final"):
@@ -114,10 +131,6 @@ class Sample:
                 return slice(start, start + size)
             start += size
         raise KeyError(part)
-
-    def _scalar(self, i: int) -> float | None:
-        v = float(self.values[i])
-        return None if math.isnan(v) else v
 
     @property
     def is_partial(self) -> bool:
@@ -156,25 +169,19 @@ class Sample:
     def top_logits(self) -> np.ndarray | None:  # (K,)
         return None if self.is_partial else self.values[self._span("top_logits")]
 
-    @property
-    def prob(self) -> float | None:  # of the drawn token, in the final distribution
-        return self._scalar(0)
+    prob = _Scalar()  # of the drawn token, in the final distribution
+    raw_logprob = _Scalar()
+    entropy = _Scalar()  # of the raw distribution (nats)
+    final_entropy = _Scalar()
+    raw_lse = _Scalar()  # logsumexp of all raw logits
 
-    @property
-    def raw_logprob(self) -> float | None:
-        return self._scalar(1)
-
-    @property
-    def entropy(self) -> float | None:  # of the raw distribution (nats)
-        return self._scalar(2)
-
-    @property
-    def final_entropy(self) -> float | None:
-        return self._scalar(3)
-
-    @property
-    def raw_lse(self) -> float | None:  # logsumexp of all raw logits
-        return self._scalar(4)
+    def with_raw(self, probs: np.ndarray, raw_logprob: float, entropy: float, raw_lse: float) -> Sample:
+        """This record with other numbers for the raw distribution: row 0 of `probs` and the raw scalars."""
+        values = self.values.copy()
+        values[[SCALARS.index("raw_logprob"), SCALARS.index("entropy"), SCALARS.index("raw_lse")]] = (
+            raw_logprob, entropy, raw_lse)
+        values[self._span("probs")][: self.top_n] = probs
+        return replace(self, values=values)
 
     def stage_index(self, name: str) -> int | None:
         return self.stage_names.index(name) if name in self.stage_names else None
@@ -185,6 +192,11 @@ class Sample:
             if not kept:
                 return name
         return None
+
+    def __repr__(self) -> str:
+        kind = f"reported {self.reported}" if self.is_partial else f"u={self.u}"
+        return (f"Sample(token={self.token}, prob={self.prob}, rank={self.rank}, stages={self.stage_names}, "
+                f"top_n={self.top_n}, {kind})")
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sample):
@@ -264,6 +276,7 @@ class RunTrace:
     model: dict[str, str] | None = None  # name, backend, source
     finish_reason: str | None = None
     metrics: Metrics | None = None
+    prompt_text: str = ""  # what the model saw (the chat template applied)
 
     @property
     def token_ids(self) -> list[int]:
@@ -282,7 +295,7 @@ class RunTrace:
         if s.is_partial or s.u is None:
             raise ValueError(f"step {i} was reported by a server, not recorded in full: it cannot be re-sampled")
         return resample(s.top_ids, s.top_logits, settings, s.u, context_ids=self.prompt_ids,
-                        generated_ids=self.token_ids[:i], top_n=st.top_n)
+                        generated_ids=self.token_ids[:i], top_n=st.top_n, recorded=s)
 
     # the file ---------------------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> None:
@@ -300,7 +313,8 @@ class RunTrace:
     def to_lines(self) -> Iterator[dict[str, Any]]:
         yield {"format": FORMAT, "version": VERSION, "run_id": self.run_id,
                "parent": list(self.parent) if self.parent is not None else None, "model": self.model,
-               "settings": self.settings.to_dict(), "seed": self.seed, "prompt_ids": list(self.prompt_ids)}
+               "settings": self.settings.to_dict(), "seed": self.seed, "prompt_ids": list(self.prompt_ids),
+               "prompt_text": self.prompt_text}
         for st in self.steps:
             yield _step_line(st)
         yield {"end": True, "steps": len(self.steps), "finish_reason": self.finish_reason,
@@ -349,7 +363,8 @@ def _header(obj: dict[str, Any]) -> RunTrace:
     return RunTrace(prompt_ids=[int(i) for i in obj["prompt_ids"]],
                     settings=SamplerSettings.from_dict(obj["settings"]), seed=int(obj["seed"]),
                     run_id=int(obj["run_id"]), parent=(int(parent[0]), int(parent[1])) if parent is not None else None,
-                    model=dict(obj["model"]) if obj["model"] is not None else None)
+                    model=dict(obj["model"]) if obj["model"] is not None else None,
+                    prompt_text=str(obj.get("prompt_text", "")))
 
 
 def _footer(run: RunTrace, obj: dict[str, Any]) -> dict[str, Any]:
@@ -369,24 +384,24 @@ def _step_line(st: StepTrace) -> dict[str, Any]:
     s = st.sample
     line = {"step": st.step, "token": s.token, "text": st.text, "top_texts": list(st.top_texts),
             "seconds": st.seconds, "rank": s.rank, "u": s.u, "stages": list(s.stage_names), "reported": s.reported,
-            "scalars": _floats(s.values[: len(SCALARS)]), "top_ids": s.top_ids.tolist(),
+            **dict(zip(SCALARS, _floats(s.values[: len(SCALARS)]), strict=True)), "top_ids": s.top_ids.tolist(),
             "probs": [_floats(row) for row in s.probs], "kept": s.kept.astype(int).tolist()}
     if not s.is_partial:
         line.update(top_logits=_floats(s.top_logits), thresholds=_floats(s.thresholds),
-                    kept_counts=s.kept_counts.tolist(), top_p_cumulative=_maybe(s.top_p_cumulative))
+                    kept_counts=s.kept_counts.tolist(),
+                    top_p_cumulative=None if s.top_p_cumulative is None else _floats(s.top_p_cumulative))
     return line
 
 
 def _step_from(obj: dict[str, Any], index: int, texts: dict[str, str]) -> StepTrace:
     if obj["step"] != index:
         raise TraceFormatError(f"step {obj['step']} where step {index} was expected")
-    scalars = dict(zip(SCALARS, _array(obj["scalars"], np.float32).tolist(), strict=True))
+    scalars = dict(zip(SCALARS, _array([obj[k] for k in SCALARS], np.float32).tolist(), strict=True))
     kept = np.array(obj["kept"], dtype=bool)
     reported = obj["reported"]
     if reported is not None:
-        sample = Sample.reported_only(obj["token"], obj["rank"], _array(obj["top_ids"], np.int32),
-                                      _array(obj["probs"], np.float32), scalars["prob"], scalars["raw_logprob"],
-                                      reported)
+        sample = Sample._reported(obj["token"], obj["rank"], _array(obj["top_ids"], np.int32),
+                                  _array(obj["probs"], np.float32), scalars["prob"], scalars["raw_logprob"], reported)
     else:
         cumulative = obj["top_p_cumulative"]
         sample = Sample.record(
@@ -413,10 +428,6 @@ def _floats(a: np.ndarray, none_for_nan: bool = False) -> list[Any]:
     if none_for_nan:
         return [None if math.isnan(v) else v for v in out]
     return [v if math.isfinite(v) else "NaN" if math.isnan(v) else "Infinity" if v > 0 else "-Infinity" for v in out]
-
-
-def _maybe(a: np.ndarray | None) -> list[Any] | None:
-    return None if a is None else _floats(a)
 
 
 def _array(values: Any, dtype: type) -> np.ndarray:

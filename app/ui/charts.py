@@ -74,7 +74,8 @@ class StageLine:
 
     def legend(self) -> str:
         """Its legend entry, which also gives the line's value (a label on the line would sit on the bars)."""
-        return f"{self.label}'s input · cut at {self.line.value():.3f}"
+        v = self.line.value()
+        return f"{self.label}'s input · cut at " + (f"{v:.3f}" if v >= 0.001 else f"{v:.1e}")
 
     def show(self, probs_in: np.ndarray | None, threshold: float) -> bool:
         """Draw the stage's input (N,) and its line; hide both when the stage did not run. True if shown."""
@@ -109,10 +110,8 @@ class StepChart(ThemedPlot):
         pi.showGrid(y=True, alpha=0.2)
         small = QFont(self.font())
         small.setPointSizeF(max(6.0, small.pointSizeF() * 0.85))
-        base = self.palette().color(QPalette.ColorRole.Base)
-        base.setAlpha(215)  # over the cut labels and the curve, still readable
-        self.legend = pi.addLegend(offset=(-10, 5), labelTextColor=self.palette().color(QPalette.ColorRole.Text),
-                                   labelTextSize=f"{small.pointSizeF():.1f}pt", brush=pg.mkBrush(base))
+        self.legend = pi.addLegend(offset=(-10, 5), labelTextSize=f"{small.pointSizeF():.1f}pt")
+        self._theme_legend()
         self.raw = pg.BarGraphItem(x=[0], height=[0], width=0.38, brush=RAW, pen=None)
         self.final = pg.BarGraphItem(x=[0], height=[0], width=0.38, brush=FINAL, pen=None)
         self.cumulative = pg.PlotDataItem(pen=pg.mkPen(QColor(120, 120, 120), width=1), symbol="o", symbolSize=4)
@@ -135,6 +134,17 @@ class StepChart(ThemedPlot):
         self.setYRange(0, 1.05, padding=0)
         self._ticks: list = []
         self._legend: list[tuple[object, str]] = []
+
+    def changeEvent(self, e: QEvent) -> None:  # noqa: N802 - Qt override
+        super().changeEvent(e)
+        if e.type() == QEvent.Type.PaletteChange and hasattr(self, "legend"):
+            self._theme_legend()
+
+    def _theme_legend(self) -> None:
+        base = self.palette().color(QPalette.ColorRole.Base)
+        base.setAlpha(215)  # over the cut labels and the curve, and still readable
+        self.legend.setBrush(pg.mkBrush(base))
+        self.legend.setLabelTextColor(self.palette().color(QPalette.ColorRole.Text))
 
     def show_sample(self, s: Sample, texts: tuple[str, ...], heading: str = "") -> None:
         n = min(len(texts), len(self.cut_labels), s.top_n)

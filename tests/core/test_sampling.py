@@ -369,3 +369,18 @@ def test_every_executor_records_what_the_reference_records(ops, order):
         np.testing.assert_allclose(got.probs, want.probs, rtol=1e-4, atol=1e-7)
         np.testing.assert_allclose(got.thresholds, want.thresholds, rtol=1e-4)
         np.testing.assert_allclose(got.top_p_cumulative, want.top_p_cumulative, rtol=1e-4)
+
+
+def test_resample_keeps_the_whole_vocabulary_s_raw_numbers_of_the_step_it_redraws():
+    rng = np.random.default_rng(6)
+    x = (rng.normal(size=3000) * 0.8).astype(np.float32)  # a flat tail: the top 256 hold only part of the mass
+    recorded = draw(x, SamplerSettings(temperature=1.0), u=0.2)
+    s = SamplerSettings(temperature=0.8, top_k=50)
+    want = draw(x, s, u=0.2)
+    got = resample(recorded.top_ids, recorded.top_logits, s, 0.2, recorded=recorded)
+    assert recorded.probs[0].sum() < 0.5  # over the recorded logits alone, the raw row would be far larger
+    np.testing.assert_array_equal(got.probs[0], recorded.probs[0])
+    assert got.entropy == recorded.entropy and got.raw_lse == recorded.raw_lse
+    assert got.raw_logprob == pytest.approx(want.raw_logprob, abs=1e-5) and got.token == want.token
+    assert got.stage_names == ("temperature", "top_k")
+    np.testing.assert_allclose(got.probs[2:], want.probs[2:], rtol=1e-4, atol=1e-7)  # after top-k: exact

@@ -71,19 +71,18 @@ def test_bad_input_exits_nonzero_with_one_clear_line(tiny_path: Path, args: list
 
 
 def test_n_samples_stream_as_json_lines_and_print_one_after_another(tiny_path: Path, tmp_path: Path):
-    common = ["generate", "--model", str(tiny_path), "--prompt", "Hello", "--max-tokens", "6", "--seed", "4",
-              "--temperature", "1.5"]
-    r = logitlab(*common, "--n", "3", "--json", "--trace", str(tmp_path / "run.jsonl"))
+    common = ["generate", "--model", str(tiny_path), "--prompt", "Hello", "--max-tokens", "6", "--temperature", "1.5"]
+    r = logitlab(*common, "--seed", "4", "--n", "3", "--json", "--trace", str(tmp_path / "run.jsonl"))
     assert r.returncode == 0, r.stderr
     lines = [json.loads(x) for x in r.stdout.splitlines()]
     summaries = [x for x in lines if x.get("summary")]
     assert sorted(x["sequence"] for x in summaries) == [0, 1, 2]
     for i in range(3):
-        alone = logitlab(*common[:-1], str(4 + i), "--json")  # sample i is the run of seed 4 + i alone
+        alone = logitlab(*common, "--seed", str(4 + i), "--json")  # sample i is the run of seed 4 + i alone
         want = [json.loads(x)["token_id"] for x in alone.stdout.splitlines()[:-1]]
         assert [x["token_id"] for x in lines if x.get("sequence") == i and "token_id" in x] == want
         assert RunTrace.load(tmp_path / f"run.{i}.jsonl").token_ids == want
-    text = logitlab(*common, "--n", "2")
+    text = logitlab(*common, "--seed", "4", "--n", "2")
     assert text.returncode == 0 and "--- sample 1 of 2 (seed 4) ---" in text.stdout
     assert "--- sample 2 of 2 (seed 5) ---" in text.stdout
 

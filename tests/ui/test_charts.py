@@ -1,0 +1,225 @@
+"""The step chart draws the core's record and nothing it computes: every number on it is held to the record, for
+real sampler output in both stage orders; and the window's header, chart and selected token show one step."""
+
+from __future__ import annotations
+
+import bisect
+import math
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QSettings, Qt
+
+from app.core.models import ModelSpec
+from app.core.sampling import sample
+from app.core.settings import SamplerSettings, StageOrder
+from app.core.trace import Sample
+from app.ui.charts import StepChart
+from app.ui.main_window import MainWindow
+from backends.ops import NUMPY
+
+FILTERS = SamplerSettings(temperature=0.5, top_k=12, top_p=0.8, min_p=0.3)  # T ≠ 1 with every filter on
+RUN_TIMEOUT = 60_000
+
+
+def record(settings: SamplerSettings, seed: int = 0, vocab: int = 300) -> tuple[Sample, tuple[str, ...]]:
+    rng = np.random.default_rng(seed)
+    s = sample(NUMPY, (rng.normal(size=vocab) * 1.5).astype(np.float32), settings, float(rng.random()))
+    assert isinstance(s, Sample)
+    return s, tuple(f"t{int(i)}" for i in s.top_ids[: s.top_n])
+
+
+@pytest.fixture
+def chart(qtbot) -> StepChart:
+    c = StepChart()
+    qtbot.addWidget(c)
+    c.resize(900, 400)
+    c.show()
+    return c
+
+
+def outlined(chart: StepChart) -> list[int]:
+    return [i for i, pen in enumerate(chart.final.opts["pens"] or []) if pen.style() != Qt.PenStyle.NoPen]
+
+
+def greyed(chart: StepChart) -> list[bool]:
+    return [b.color().alpha() < 255 for b in chart.raw.opts["brushes"]]
+
+
+def legend(chart: StepChart) -> list[str]:
+    return [label.text for _, label in chart.legend.items]
+
+
+def assert_draws_the_record(chart: StepChart, s: Sample, texts: tuple[str, ...]) -> None:
+    n = len(texts)
+    x = np.arange(n)
+    np.testing.assert_array_equal(chart.raw.opts["height"], s.probs[0])  # raw bars: row 0
+    np.testing.assert_array_equal(chart.raw.opts["x"], x - 0.2)
+    np.testing.assert_array_equal(chart.final.opts["height"], s.probs[-1])  # sampled from: the last row
+    np.testing.assert_array_equal(chart.final.opts["x"], x + 0.2)
+    assert greyed(chart) == [not s.kept[:, i].all() for i in range(n)]
+    assert outlined(chart) == np.flatnonzero(s.top_ids[:n] == s.token).tolist()
+    assert [label.toPlainText() for label in chart.cut_labels[:n]] == [
+        f"cut by {s.cut_by(i).replace('_', '-')}" if s.cut_by(i) else "" for i in range(n)]
+    ticks = chart.getPlotItem().getAxis("bottom")._tickLevels[0]
+    assert [x for x, _ in ticks] == list(range(n))
+    for (_, label), text in zip(ticks, texts, strict=True):  # each candidate's text, cut to fit if need be
+        assert label == text or (label.endswith("…") and text.startswith(label[:-1]))
+    if "top_p" in s.stage_names:
+        cx, cy = chart.cumulative.getData()
+        np.testing.assert_array_equal(cx, x)
+        np.testing.assert_array_equal(cy, s.top_p_cumulative)  # top-p's own running mass
+        assert chart.top_p_line.isVisible() and chart.top_p_line.value() == s.thresholds[s.stage_index("top_p")]
+    else:
+        assert chart.cumulative.getData()[0] is None or len(chart.cumulative.getData()[0]) == 0
+        assert not chart.top_p_line.isVisible()
+    for name, stage in chart.stage_lines.items():
+        i = s.stage_index(name)
+        assert stage.line.isVisible() == (i is not None) and stage.marks.isVisible() == (i is not None)
+        if i is None:
+            continue
+        assert stage.line.value() == s.thresholds[i]  # the line, in the space of its stage's input ...
+        mx, my = stage.marks.getData()
+        np.testing.assert_array_equal(my, np.repeat(s.probs[i], 2))  # ... drawn over that input
+        np.testing.assert_allclose(mx.reshape(-1, 2).mean(axis=1), x)
+    assert chart.shown == (s, texts)
+
+
+@pytest.mark.parametrize("order", list(StageOrder))
+@pytest.mark.parametrize("seed", range(3))
+def test_every_number_on_the_step_chart_is_the_records(chart, order, seed):
+    s, texts = record(FILTERS.with_(order=order), seed)
+    assert s.stage_names == (("temperature", "top_k", "top_p", "min_p") if order == StageOrder.TEMPERATURE_FIRST
+                             else ("top_k", "top_p", "min_p", "temperature"))
+    chart.show_sample(s, texts)
+    assert_draws_the_record(chart, s, texts)
+    k, m = (float(s.thresholds[s.stage_index(name)]) for name in ("top_k", "min_p"))
+    shown = legend(chart)
+    assert shown[:3] == ["model (raw)", "sampled from", "top-p's running mass"]
+    for entry, name, value in zip(shown[3:], ("top-k", "min-p"), (k, m), strict=True):  # the line's value, rounded
+        assert entry == f"{name}'s input · cut at " + (f"{value:.3f}" if value >= 0.001 else f"{value:.1e}")
+
+
+@pytest.mark.parametrize("order", list(StageOrder))
+def test_a_threshold_line_separates_what_its_stage_kept_from_what_it_cut(chart, order):
+    # The issue: at T = 0.5 with min-p the line was drawn over the raw probabilities, so a token the core cut
+    # stood above it. Now each line is drawn over the probabilities its stage received.
+    s, texts = record(FILTERS.with_(order=order, top_k=0, top_p=1.0), seed=4)
+    chart.show_sample(s, texts)
+    stage = chart.stage_lines["min_p"]
+    _, marks = stage.marks.getData()
+    kept = s.kept[s.stage_index("min_p")]
+    assert (~kept).any() and kept.any()
+    assert (marks[::2][kept] >= stage.line.value()).all() and (marks[::2][~kept] < stage.line.value()).all()
+
+
+def test_after_top_k_the_cumulative_curve_is_renormalized_as_top_p_saw_it(chart):
+    s, texts = record(SamplerSettings(temperature=1.0, top_k=3, top_p=0.99, order="temperature-last"), seed=2)
+    chart.show_sample(s, texts)
+    _, cy = chart.cumulative.getData()
+    assert cy[2] == pytest.approx(1.0, abs=1e-6)  # all of top-p's mass is in the three top-k kept
+    assert cy[2] > np.cumsum(s.probs[0])[2] + 0.05  # not the raw running mass
+
+
+def test_temperature_alone_draws_no_lines_and_penalties_are_a_stage(chart):
+    s, texts = record(SamplerSettings(temperature=0.7))
+    chart.show_sample(s, texts)
+    assert_draws_the_record(chart, s, texts)
+    assert legend(chart) == ["model (raw)", "sampled from"]
+    assert not any(label.toPlainText() for label in chart.cut_labels)
+
+
+def test_a_partial_trace_shows_only_what_the_server_reported(chart):
+    full, texts = record(FILTERS)
+    chart.show_sample(full, texts)  # a full record first: nothing of it may remain
+    reported = [math.log(p) for p in (0.5, 0.3, 0.15, 0.05)]
+    s = Sample.partial(8, reported[1], [4, 8, 15, 16], reported)
+    chart.show_sample(s, ("a", "b", "c", "d"))
+    np.testing.assert_array_equal(chart.final.opts["height"], s.probs[0])
+    np.testing.assert_array_equal(chart.final.opts["x"], np.arange(4))
+    assert len(chart.raw.opts["height"]) == 0  # no raw-versus-final split
+    assert outlined(chart) == [1]
+    assert not chart.top_p_line.isVisible() and not any(st.line.isVisible() for st in chart.stage_lines.values())
+    assert len(chart.cumulative.getData()[1] if chart.cumulative.getData()[1] is not None else []) == 0
+    assert not any(label.toPlainText() for label in chart.cut_labels)
+    assert "stages not observed" in chart.note.toPlainText()
+    assert legend(chart) == ["sampled from"]
+    chart.show_sample(full, texts)  # and back: the full record is drawn whole again
+    assert_draws_the_record(chart, full, texts)
+    assert chart.note.toPlainText() == ""
+
+
+# --- the window: header, chart and selected token show one step ---------------------------------------------
+
+@pytest.fixture
+def window(qtbot, tiny_path: Path, tmp_path: Path):
+    w = MainWindow(settings=QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat),
+                   spec=ModelSpec(str(tiny_path), "torch"))
+    qtbot.addWidget(w)
+    w.show()
+    w.sampler.seed.setValue(3)
+    w.sampler.lock.setChecked(True)
+    for name, value in (("temperature", 0.5), ("top_k", 12), ("top_p", 0.8), ("min_p", 0.05)):
+        w.sampler.editors[name].setValue(value)
+    qtbot.waitUntil(lambda: w.playground.info is not None, timeout=RUN_TIMEOUT)
+    yield w
+    w.close()
+
+
+def shown_step(w: MainWindow) -> dict[str, int | None]:
+    """The step each view shows: the header's number, the chart's record, its outlined bar, the selected token."""
+    steps = w.playground.steps
+    header = int(re.search(r"<b>Step (\d+)", w.step_title.text()).group(1))
+    chart = next(i for i, st in enumerate(steps) if st.sample is w.step_chart.shown[0])
+    s = w.step_chart.shown[0]
+    bar = outlined(w.step_chart)
+    drawn = int(s.top_ids[bar[0]]) if bar else None
+    text = w.output.text
+    sels = text.extraSelections()
+    selected = text._step_of[bisect.bisect_right(text._starts, sels[0].cursor.selectionStart()) - 1] if sels else None
+    return {"header": header, "chart": chart, "drawn": drawn, "selected": selected,
+            "p": re.search(r"p = ([0-9.]+)", w.step_title.text()).group(1)}
+
+
+def assert_one_step(w: MainWindow, k: int, selected: bool = True) -> None:
+    st = w.playground.steps[k]
+    got = shown_step(w)
+    assert got["header"] == got["chart"] == k
+    assert got["p"] == f"{st.prob:.3f}"
+    if st.token_id in w.step_chart.shown[0].top_ids[: st.top_n]:
+        assert got["drawn"] == st.token_id
+    if selected and st.text:
+        assert got["selected"] == k
+
+
+def test_after_a_run_the_header_chart_and_selected_token_are_the_last_step(qtbot, window):
+    window.prompt.set_prompt("Hello")
+    window.sampler.editors["max_tokens"].setValue(40)
+    with qtbot.waitSignal(window.playground.finished, timeout=RUN_TIMEOUT):
+        assert window.playground.generate(replace(window.request(), ignore_eos=True))
+    steps = window.playground.steps
+    assert len(steps) == 40
+    assert_one_step(window, 39)
+
+
+def test_mid_run_a_pinned_step_stays_whole_and_following_shows_the_latest(qtbot, window):
+    window.sampler.editors["max_tokens"].setValue(100_000)
+    assert window.playground.generate(replace(window.request(), ignore_eos=True))
+    qtbot.waitUntil(lambda: len(window.playground.steps) >= 8, timeout=RUN_TIMEOUT)
+    k = next(i for i, st in enumerate(window.playground.steps) if st.text)
+    window.playground.select_step(k)  # as a click on the token does
+    n = len(window.playground.steps)
+    qtbot.waitUntil(lambda: len(window.playground.steps) > n + 10, timeout=RUN_TIMEOUT)
+    qtbot.wait(150)  # a chart refresh or two while tokens keep coming
+    assert_one_step(window, k)
+    window.playground.select_step(None)  # follow the latest again
+    qtbot.wait(250)
+    got = shown_step(window)
+    assert got["header"] == got["chart"] and got["selected"] is None  # the latest moves: no token selected
+    assert got["p"] == f"{window.playground.steps[got['header']].prob:.3f}"
+    with qtbot.waitSignal(window.playground.finished, timeout=RUN_TIMEOUT):
+        window.playground.stop()
+    assert_one_step(window, len(window.playground.steps) - 1)
