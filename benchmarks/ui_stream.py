@@ -25,23 +25,22 @@ from PySide6.QtCore import QSettings, QTimer
 
 from app.core.events import Finished, Loaded, Prefilled, Request, Step
 from app.core.metrics import Metrics
-from app.core.sampling import Sample
+from app.core.sampling import sample
+from app.core.settings import SamplerSettings
 from app.core.trace import RunTrace, StepTrace
 from app.ui.main import make_app
 from backends.base import ModelInfo
+from backends.ops import NUMPY
 
 WORDS = ["def", " self", ".", "(", ")", ":", "\n", "    ", " return", " x", " =", " 1", " the", " model", ","]
+SETTINGS = SamplerSettings(temperature=0.8, top_p=0.95)
 INFO = ModelInfo("synthetic", "none", "Synthetic", 1, 1, 1, 1, 1, 1, 4096, 100_000, "float32", "cpu", None, 0, 1)
 
 
 def synthetic_step(i: int, rng: np.random.Generator) -> StepTrace:
-    logits = np.sort(rng.normal(size=256).astype(np.float32) * 3)[::-1]
-    ids = rng.permutation(4096)[:256]
-    p = np.exp(logits[:20] - logits.max())
-    s = Sample(token=int(ids[0]), prob=float(p[0] / p.sum()), raw_logprob=-0.5, rank=0, entropy=float(rng.random() * 4),
-               final_entropy=1.0, stage_names=("temperature", "top_p"), kept_counts=np.array([4096, 12]),
-               top_ids=ids, top_logits=logits, raw_lse=float(logits.max() + 1), final_probs=(p / p.sum()),
-               kept=np.ones((2, 20), bool), u=0.5)
+    """A real record: the core's own sampler over random logits."""
+    logits = rng.normal(size=4096).astype(np.float32) * 3
+    s = sample(NUMPY, logits, SETTINGS, float(rng.random()))
     return StepTrace(i, s, WORDS[i % len(WORDS)], tuple(WORDS[j % len(WORDS)] for j in range(20)), 0.001)
 
 

@@ -213,8 +213,9 @@ def generate(model: LoadedModel, request: Request, cancel: threading.Event,
     model.ops.sync([logits])  # lazy frameworks (MLX) compute here: the prefill time is the prefill's
     yield Prefilled(request.id, tuple(ids), text, seed, clock.prefilled(), reused)
 
-    runs = [_Run(rid, i, _new_trace(model, request, ids, (seed + i) % (MAX_SEED + 1), rid), model.tokenizer.stream(),
-                 StopHold(s.stop), _fork_clock(clock)) for i, rid in enumerate(request.run_ids)]
+    runs = [_Run(rid, i, _new_trace(model, request, ids, text, (seed + i) % (MAX_SEED + 1), rid),
+                 model.tokenizer.stream(), StopHold(s.stop), _fork_clock(clock))
+            for i, rid in enumerate(request.run_ids)]
     batch = model.fork(cache, request.n) if request.n > 1 else cache  # the prompt's own cache stays reusable
     vocab = int(logits.shape[-1])
     rows = [Row(np.random.default_rng(r.trace.seed),
@@ -252,8 +253,8 @@ def generate(model: LoadedModel, request: Request, cancel: threading.Event,
         yield Finished(request.id, reason, metrics, run.trace, run.id, run.sequence)
 
 
-def _new_trace(model: LoadedModel, request: Request, ids: list[int], seed: int, run_id: int) -> RunTrace:
-    trace = RunTrace(prompt_ids=ids, settings=request.settings, seed=seed)
+def _new_trace(model: LoadedModel, request: Request, ids: list[int], text: str, seed: int, run_id: int) -> RunTrace:
+    trace = RunTrace(prompt_ids=ids, settings=request.settings, seed=seed, prompt_text=text)
     trace.run_id, trace.parent = run_id, request.parent
     trace.model = {"name": model.info.name, "backend": model.info.backend, "source": request.model.source}
     return trace

@@ -157,6 +157,24 @@ class StepChart(ThemedPlot):
         self.title.setPos(-0.6, 1.04)
         self.shown = (s, texts)
 
+    def clear_step(self, note: str = "") -> None:
+        """Nothing drawn (a new run before its first token), with an optional note."""
+        for bars in (self.raw, self.final):
+            bars.setOpts(x=[], height=[])
+        self.cumulative.setData([], [])
+        self.top_p_line.setVisible(False)
+        for stage in self.stage_lines.values():
+            stage.show(None, math.nan)
+        for i, label in enumerate(self.cut_labels):
+            self._cut_label(label, i, None, 0.0)
+        self._set_legend([])
+        self.getPlotItem().getAxis("bottom").setTicks([[]])
+        self._ticks = [[]]
+        self.title.setText("")
+        self.note.setText(note)
+        self.note.setPos(-0.6, 0.97)
+        self.shown = None
+
     def _show_stages(self, s: Sample, x: np.ndarray, pens: list) -> list[tuple[object, str]]:
         n = len(x)
         probs = finite(s.probs[:, :n].astype(np.float64))  # (S+1, N): row 0 raw, the last row sampled from

@@ -292,6 +292,8 @@ class MainWindow(QMainWindow):
         self.reply_button.hide()
         self.output.text.clear_run()
         self.timeline.clear_run()
+        self.step_chart.clear_step("waiting for the first token…")
+        self.step_title.setText("<b>Next-token distribution</b>")
 
     def _prefilled(self, ev: Prefilled) -> None:
         self.metrics.started(len(ev.prompt_ids), ev.seconds, ev.reused)

@@ -148,7 +148,10 @@ class Playground(QObject):
             return
         j = len(self.steps) - 1 if self.selected is None else self.selected
         same = settings.pipeline() == self.trace.settings.pipeline()
-        sample: Sample | None = None if same else self.trace.resample(j, settings)
+        if same or self.steps[j].sample.is_partial:  # a server-reported step cannot be re-drawn: show it as it was
+            sample: Sample | None = None
+        else:
+            sample = self.trace.resample(j, settings)
         self.preview_changed.emit(sample, self.steps[j])
 
     def drain(self) -> None:

@@ -89,17 +89,19 @@ class TokenSpans(QTextEdit):
         self.setUndoRedoEnabled(False)
         self.setMouseTracking(True)
         self._starts: list[int] = []  # document position where each span starts
+        self._last_end = 0  # where the last span ends (text appended after it, an end mark, is no span)
 
     def clear_spans(self) -> None:
         self.clear()
-        self._starts = []
+        self._starts, self._last_end = [], 0
 
     def insert_span(self, cursor: QTextCursor, text: str, fmt: QTextCharFormat) -> None:
         self._starts.append(cursor.position())
         cursor.insertText(text, fmt)
+        self._last_end = cursor.position()
 
     def span_end(self, i: int) -> int:
-        return self._starts[i + 1] if i + 1 < len(self._starts) else self.document().characterCount() - 1
+        return self._starts[i + 1] if i + 1 < len(self._starts) else self._last_end
 
     def span_at(self, pos: QPoint) -> int | None:
         """The span under `pos` (viewport coordinates), or None off the text."""
@@ -158,7 +160,7 @@ class TokenText(TokenSpans):
             if not s.text:
                 continue
             self._step_of.append(s.step)
-            p = s.trace.prob if s.trace is not None else 1.0
+            p = s.trace.prob if s.trace is not None and s.trace.prob is not None else 1.0
             self.insert_span(cursor, s.text, self._formats[round(p * (SHADES - 1))])
         cursor.endEditBlock()
         if at_bottom:
@@ -200,8 +202,8 @@ class TokenText(TokenSpans):
         if t is None:
             return ""
         rows = [f"<b>step {step}</b> · token {t.token_id} <code>{html.escape(visible(t.text))}</code>",
-                f"p = {t.prob:.3f} (model: {t.raw_prob:.3f}) · rank {t.sample.rank} · "
-                f"entropy {t.sample.entropy:.2f} nats", "<i>alternatives (model probability):</i>"]
+                f"p = {_num(t.prob)} (model: {_num(t.raw_prob)}) · rank {_num(t.sample.rank, 'd')} · "
+                f"entropy {_num(t.sample.entropy, '.2f')} nats", "<i>alternatives (model probability):</i>"]
         for i, rp in enumerate(t.raw_top_probs(6)):
             mark = "▶ " if int(t.sample.top_ids[i]) == t.token_id else ""
             cut = t.cut_by(i)
@@ -392,3 +394,8 @@ class SurprisalView(QWidget):
         self.text.clear_score()
         self.text.setPlaceholderText(why or self.EMPTY)
         self.set_status("")
+
+
+def _num(x: float | None, spec: str = ".3f") -> str:
+    """A recorded number, or a dash where the backend could not observe it (a server's partial trace)."""
+    return "—" if x is None else format(x, spec)
