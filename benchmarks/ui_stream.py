@@ -95,15 +95,14 @@ def main() -> None:
     w.resize(1400, 860)
     w.show()
     costs: list[tuple[int, int, float]] = []  # (tokens shown before, batch size, seconds in the handler)
-    handler = w._steps
+    handler = w.playground._emit_steps  # every view's handler of the new steps runs inside it
 
     def timed(steps: list) -> None:
         t = time.perf_counter()
         handler(steps)
         costs.append((len(w.playground.steps) - len(steps), len(steps), time.perf_counter() - t))
 
-    w.playground.steps_appended.disconnect(handler)
-    w.playground.steps_appended.connect(timed)
+    w.playground._emit_steps = timed
     ticks: list[float] = []
     tick = QTimer(interval=1)
     tick.timeout.connect(lambda: ticks.append(time.perf_counter()))

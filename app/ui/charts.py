@@ -7,6 +7,7 @@ checked before drawing: pyqtgraph blanks on NaN, so a non-finite value is shown 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyqtgraph as pg
@@ -14,8 +15,12 @@ from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QPalette
 from PySide6.QtWidgets import QWidget
 
-from app.core.trace import Sample
+from app.core.events import Step
+from app.core.trace import Sample, StepTrace
 from app.ui.token_view import visible
+
+if TYPE_CHECKING:
+    from app.ui.playground import Playground
 
 RAW = QColor(100, 149, 237)  # cornflower: what the model proposed
 FINAL = QColor(255, 140, 0)  # orange: what the sampler drew from
@@ -317,6 +322,25 @@ class TimelineChart(ThemedPlot):
 
     def set_cursor(self, step: int) -> None:
         self.cursor.setValue(step)
+
+    def bind(self, playground: Playground) -> None:
+        """The shown run's steps, redrawn with the cursor whenever the view-model shows a step (at most 10 times
+        a second while streaming); a click selects a step."""
+        playground.run_started.connect(lambda _request: self.clear_run())
+        playground.steps_appended.connect(self.append_steps)
+        playground.step_shown.connect(self._show)
+        playground.preview_changed.connect(lambda _s, trace: self.set_cursor(trace.step))
+        self.step_clicked.connect(playground.select_step)
+
+    def append_steps(self, steps: list[Step]) -> None:
+        traces = [s.trace for s in steps if s.trace is not None]
+        nan = float("nan")  # not reported (a server's partial trace): the timeline shows a gap, not a number
+        self.append([nan if t.prob is None else t.prob for t in traces],
+                    [nan if t.sample.entropy is None else t.sample.entropy for t in traces])
+
+    def _show(self, _i: int, trace: StepTrace) -> None:
+        self.redraw()
+        self.set_cursor(trace.step)
 
     def _clicked(self, ev: object) -> None:
         if not self.n:

@@ -5,7 +5,6 @@ beyond the wiring, remembered layout and settings (QSettings), and the error ban
 from __future__ import annotations
 
 import contextlib
-import html
 
 from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QResizeEvent
@@ -15,28 +14,27 @@ from PySide6.QtWidgets import (
     QMainWindow,
     QPushButton,
     QScrollArea,
-    QSizePolicy,
     QSplitter,
     QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
-from app.core.events import Finished, Prefilled, Request
+from app.core.events import Request
 from app.core.model_thread import ModelThread
 from app.core.models import ModelSpec
 from app.core.settings import SettingsError
-from app.ui.charts import StepChart, TimelineChart
+from app.ui.charts import TimelineChart
 from app.ui.model_bar import ModelBar
 from app.ui.panels import MetricsStrip, ModelCard
 from app.ui.playground import Playground
 from app.ui.preferences import Preferences
 from app.ui.prompt_editor import PromptEditor
 from app.ui.sampler_panel import SamplerPanel
-from app.ui.token_view import TokenView, visible
+from app.ui.step_panel import StepPanel
+from app.ui.token_view import TokenView
 
 MAX_RECENT = 10
-CHART_MS = 100  # charts redraw at most 10 times a second while streaming; the text at every frame
 PRELOAD_MS = 250
 NARROW = 1100  # px: narrower windows fold the model card away
 
@@ -87,20 +85,17 @@ class MainWindow(QMainWindow):
         self.prompt = PromptEditor()
         self.sampler = SamplerPanel()
         self.output = TokenView()
-        self.step_chart = StepChart()
+        self.step_panel = StepPanel()
+        self.step_chart, self.step_title = self.step_panel.chart, self.step_panel.title
         self.timeline = TimelineChart()
         self.metrics = MetricsStrip()
         self.model_card = ModelCard()
         self.banner = Banner()
-        self.step_title = QLabel("<b>Next-token distribution</b>")
-        self.step_title.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # cut, not widened
         self.generate_button = QPushButton("Generate")
         self.stop_button = QPushButton("Stop", enabled=False)
         self.reply_button = QPushButton("Add the reply to the chat", visible=False,
                                         toolTip="Append the generated text as an assistant message, then a new "
                                         "user message")
-        self._chart_timer = QTimer(self, singleShot=True, interval=CHART_MS)
-        self._chart_timer.timeout.connect(self._refresh_charts)
         self._build_actions()
         self._build_layout()
         self._wire()
@@ -152,17 +147,12 @@ class MainWindow(QMainWindow):
         lt.addWidget(self.reply_button)
         lt.addLayout(buttons)
         self.left = self._splitter(Qt.Orientation.Vertical, "left", left_top, sampler_scroll)
-        chart_box = QWidget()
-        cb = QVBoxLayout(chart_box)
-        cb.setContentsMargins(0, 0, 0, 0)
-        cb.addWidget(self.step_title)
-        cb.addWidget(self.step_chart, 1)
         timeline_box = QWidget()
         tb = QVBoxLayout(timeline_box)
         tb.setContentsMargins(0, 0, 0, 0)
         tb.addWidget(QLabel("<b>Run timeline</b> — click to select a step"))
         tb.addWidget(self.timeline, 1)
-        self.center = self._splitter(Qt.Orientation.Vertical, "center", self.output, chart_box, timeline_box)
+        self.center = self._splitter(Qt.Orientation.Vertical, "center", self.output, self.step_panel, timeline_box)
         self.center.setSizes([300, 340, 180])
         info = QWidget()
         ib = QVBoxLayout(info)
@@ -200,19 +190,15 @@ class MainWindow(QMainWindow):
         self.stop_button.clicked.connect(pg.stop)
         self.open_action.triggered.connect(self.model_bar.browse)
         self.model_bar.load_requested.connect(self.load)
+        for view in (self.output, self.step_panel, self.timeline, self.metrics, self.model_card):
+            view.bind(pg)  # each view follows the view-model itself; the window only composes
         pg.busy_changed.connect(self._busy)
         pg.loading.connect(self.model_bar.show_progress)
         pg.loaded.connect(self._loaded)
         pg.failed.connect(self._failed)
         pg.opt_in_needed.connect(self._opt_in_needed)
-        pg.run_started.connect(self._run_started)
-        pg.prefilled.connect(self._prefilled)
-        pg.steps_appended.connect(self._steps)
-        pg.step_selected.connect(self._show_step)
-        pg.preview_changed.connect(self._preview)
-        pg.finished.connect(self._finished)
-        self.output.text.step_clicked.connect(pg.select_step)
-        self.timeline.step_clicked.connect(pg.select_step)
+        pg.run_started.connect(lambda _request: self.reply_button.hide())
+        pg.finished.connect(lambda _ev: self.reply_button.setVisible(self.prompt.chat_mode and bool(pg.steps)))
         self.sampler.changed.connect(self._sampler_changed)
         self.reply_button.clicked.connect(self._add_reply)
         self._wire_surprisal()
@@ -229,7 +215,7 @@ class MainWindow(QMainWindow):
 
     def _score_prompt(self) -> None:
         """Score the prompt as a generation would see it (model, prompt, messages), behind any run in progress."""
-        request = Request(model=self.model_bar.spec(), prompt=self.prompt.prompt(), messages=self.prompt.messages())
+        request = self.playground.make_request(self.model_bar.spec(), self.prompt.prompt(), self.prompt.messages())
         self.prompt.expect_score(request.id)
         self.playground.score(request)
 
@@ -243,9 +229,10 @@ class MainWindow(QMainWindow):
         self.playground.load(spec)
 
     def request(self) -> Request:
+        """What the widgets say now, as the view-model's request (raises SettingsError for a bad setting)."""
         settings = self.sampler.settings().with_(seed=self.sampler.next_run_seed())
-        return Request(model=self.model_bar.spec(), prompt=self.prompt.prompt(), messages=self.prompt.messages(),
-                       settings=settings, top_n=20)
+        return self.playground.make_request(self.model_bar.spec(), self.prompt.prompt(), self.prompt.messages(),
+                                            settings)
 
     def generate(self) -> None:
         if not self.generate_action.isEnabled():
@@ -268,7 +255,6 @@ class MainWindow(QMainWindow):
 
     def _loaded(self, info: object) -> None:
         self.model_bar.show_status(f"{info.name} · {info.backend} · {info.device}")
-        self.model_card.show_info(info)
         self.prompt.set_tokenizer(self.playground.tokenizer)
         self._remember_model(self.model_bar.source())
 
@@ -288,63 +274,6 @@ class MainWindow(QMainWindow):
 
         self.banner.show_message(message, f"{label} for {source}", allow)
 
-    def _run_started(self, request: Request) -> None:
-        self.reply_button.hide()
-        self.output.text.clear_run()
-        self.timeline.clear_run()
-        self.step_chart.clear_step("waiting for the first token…")
-        self.step_title.setText("<b>Next-token distribution</b>")
-
-    def _prefilled(self, ev: Prefilled) -> None:
-        self.metrics.started(len(ev.prompt_ids), ev.seconds, ev.reused)
-
-    def _steps(self, steps: list) -> None:
-        self.output.text.append_steps(steps)
-        traces = [s.trace for s in steps if s.trace is not None]
-        nan = float("nan")  # not reported (a server's partial trace): the timeline shows a gap, not a number
-        self.timeline.append([nan if t.prob is None else t.prob for t in traces],
-                             [nan if t.sample.entropy is None else t.sample.entropy for t in traces])
-        if not self._chart_timer.isActive():
-            self._chart_timer.start()
-
-    def _refresh_charts(self) -> None:
-        """The throttled part of streaming: timeline, the shown step (the latest, or the one pinned), metrics.
-        The shown step is redrawn every time, pinned or not: chart, header and selection never drift apart."""
-        self.timeline.redraw()
-        steps = self.playground.steps
-        if steps:
-            i = len(steps) - 1 if self.playground.selected is None else self.playground.selected
-            self._show_step(i, steps[i])
-        stats = self.playground.live_stats()
-        self.metrics.live(*stats)
-        self.model_card.show_kv(stats[-1])
-
-    def _show_step(self, i: int, trace: object) -> None:
-        """Chart, header, the output's selected token and the timeline's cursor, all from one step record (`i`
-        is its index, `trace.step`). While streaming the latest step, no token is selected: it moves too fast."""
-        s = trace.sample
-        self.step_chart.show_sample(s, trace.top_texts)
-        p = "?" if s.prob is None else f"{s.prob:.3f}"
-        model = "not reported" if trace.raw_prob is None else f"{trace.raw_prob:.3f}, rank {s.rank}"
-        self.step_title.setText(f"<b>Step {trace.step}</b> — drew <code>{_visible(trace.text)}</code> "
-                                f"with p = {p} (model: {model})")
-        following = self.playground.selected is None and self.playground.busy
-        self.output.text.select(None if following else trace.step)
-        self.timeline.set_cursor(trace.step)
-
-    def _preview(self, sample: object, trace: object) -> None:
-        """Step `trace` re-sampled under the panel's settings (`sample`; None: the same as recorded)."""
-        if sample is None:
-            self._show_step(trace.step, trace)
-            return
-        self.step_chart.show_sample(sample, trace.top_texts)
-        ids = sample.top_ids[: len(trace.top_texts)].tolist()
-        text = _visible(trace.top_texts[ids.index(sample.token)]) if sample.token in ids else f"token {sample.token}"
-        self.step_title.setText(f"<b>Step {trace.step}, re-sampled with the panel's settings</b> — would draw "
-                                f"<code>{text}</code> with p = {sample.prob:.3f}")
-        self.output.text.select(trace.step)
-        self.timeline.set_cursor(trace.step)
-
     def _sampler_changed(self) -> None:
         if not self.playground.busy:
             with contextlib.suppress(SettingsError):
@@ -354,13 +283,6 @@ class MainWindow(QMainWindow):
         self.prompt.chat.add_turn("assistant", "".join(s.text for s in self.playground.steps))
         self.prompt.chat.add_turn("user").text.setFocus()
         self.reply_button.hide()
-
-    def _finished(self, ev: Finished) -> None:
-        self.reply_button.setVisible(self.prompt.chat_mode and bool(self.playground.steps))
-        self._chart_timer.stop()  # its redraw is due now, with every step in: never skip it
-        self._refresh_charts()
-        self.output.text.mark_end(ev.reason)
-        self.metrics.final(ev.metrics)
 
     # persistence --------------------------------------------------------------------------------------------
     def _remember_model(self, source: str) -> None:
@@ -416,7 +338,3 @@ class MainWindow(QMainWindow):
         self.save_state()
         self.playground.close()
         super().closeEvent(event)
-
-
-def _visible(text: str) -> str:
-    return html.escape(visible(text))

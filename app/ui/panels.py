@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QSizePolicy, QWidget
 
 from app.core.metrics import Metrics, rate
 from backends.base import ModelInfo
+
+if TYPE_CHECKING:
+    from app.ui.playground import Playground
 
 
 def human_bytes(n: float) -> str:
@@ -40,29 +45,36 @@ class MetricsStrip(QWidget):
         row.addStretch(1)
         # the figures are cut at the window's edge rather than widening a small window
         self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        self._prompt_tokens = 0
+        self._prompt_tokens = self._reused = 0
 
     def _set(self, key: str, text: str) -> None:
         name = next(n for k, n, _ in self.FIELDS if k == key)
         self.values[key].setText(f"{name}: <b>{text}</b>")
 
+    def bind(self, playground: Playground) -> None:
+        """Prefill figures once prefilled, live figures with each step shown while streaming, the final ones."""
+        playground.prefilled.connect(lambda ev: self.started(len(ev.prompt_ids), ev.seconds, ev.reused))
+        playground.step_shown.connect(lambda *_: playground.streaming and self.live(*playground.live_stats()))
+        playground.finished.connect(lambda ev: self.final(ev.metrics))
+
     def started(self, prompt_tokens: int, prefill_s: float, reused: int = 0) -> None:
         """`reused`: prompt tokens an earlier run's KV cache held, not prefilled again (as `Metrics` counts)."""
         self._prompt_tokens = prompt_tokens
+        self._reused = reused
         self._set("prefill", f"{rate(prompt_tokens - reused, prefill_s):.0f} tok/s" if prefill_s > 0 else "—")
 
     def live(self, tokens: int, tokens_per_s: float, ttft_s: float | None, kv_bytes: int) -> None:
         if ttft_s is not None:
             self._set("ttft", f"{ttft_s * 1000:.0f} ms")
         self._set("rate", f"{tokens_per_s:.1f} tok/s")
-        self._set("tokens", f"{self._prompt_tokens} + {tokens}")
+        self._set("tokens", f"{self._prompt_tokens}{_cached(self._reused)} + {tokens}")
         self._set("kv", human_bytes(kv_bytes))
 
     def final(self, m: Metrics) -> None:
         self._set("ttft", f"{m.ttft_s * 1000:.0f} ms")
         self._set("rate", f"{m.decode_tokens_per_s:.1f} tok/s")
         self._set("prefill", f"{m.prefill_tokens_per_s:.0f} tok/s")
-        self._set("tokens", f"{m.prompt_tokens} + {m.generated_tokens}")
+        self._set("tokens", f"{m.prompt_tokens}{_cached(m.reused_tokens)} + {m.generated_tokens}")
         self._set("itl", f"{m.itl_mean_s * 1000:.1f} ms ({m.itl_p95_s * 1000:.1f})")
         self._set("kv", human_bytes(m.kv_cache_bytes))
 
@@ -98,3 +110,14 @@ class ModelCard(QWidget):
 
     def show_kv(self, kv_bytes: int) -> None:
         self.labels["KV now"].setText(human_bytes(kv_bytes))
+
+    def bind(self, playground: Playground) -> None:
+        """The loaded model's card; the KV cache's size as the run grows."""
+        playground.loaded.connect(self.show_info)
+        playground.step_shown.connect(lambda *_: playground.streaming and self.show_kv(playground.live_stats()[-1]))
+        playground.finished.connect(lambda ev: self.show_kv(ev.metrics.kv_cache_bytes))
+
+
+def _cached(reused: int) -> str:
+    """How many of the prompt's tokens an earlier run's KV cache held (not prefilled again)."""
+    return f" ({reused} cached)" if reused else ""

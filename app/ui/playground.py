@@ -14,7 +14,7 @@ import queue
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 
-from app.core.events import Failed, Finished, Loaded, Loading, Prefilled, Request, Scored, Step
+from app.core.events import Failed, Finished, Loaded, Loading, Message, Prefilled, Request, Scored, Step
 from app.core.metrics import Metrics, decode_rate
 from app.core.model_thread import ModelThread
 from app.core.models import ModelSpec
@@ -24,6 +24,8 @@ from app.core.settings import SamplerSettings
 from app.core.trace import RunTrace, StepTrace
 
 FRAME_MS = 16
+TOP_N = 20  # candidates each step records for the charts
+CHART_MS = 100  # the shown step follows a streaming run at most 10 times a second; the text every frame
 FREEZE_EVERY = 1000  # steps
 MAX_EVENTS_PER_FRAME = 5000
 
@@ -34,7 +36,9 @@ class Playground(QObject):
     run_started = Signal(object)  # Request
     prefilled = Signal(object)  # Prefilled
     steps_appended = Signal(list)  # list[Step], once per frame at most
-    step_selected = Signal(int, object)  # index, StepTrace: when the user selects (views follow the latest)
+    step_shown = Signal(int, object)  # index, StepTrace: the step every view shows (the latest, at most
+    # 1000 / CHART_MS times a second while streaming, or the one selected); chart, header, cursor and the
+    # output's selected token all draw from this one record, so they never disagree
     preview_changed = Signal(object, object)  # Sample (or None), StepTrace it re-samples
     finished = Signal(object)  # Finished, of the run shown
     scored = Signal(object)  # Scored: the prompt's own token log-probabilities
@@ -59,6 +63,8 @@ class Playground(QObject):
         self._timer = QTimer(self, interval=FRAME_MS, timerType=Qt.TimerType.PreciseTimer)
         self._timer.timeout.connect(self.drain)
         self._timer.start()
+        self._follow = QTimer(self, singleShot=True, interval=CHART_MS)
+        self._follow.timeout.connect(self.show_step)
 
     @property
     def steps(self) -> list[StepTrace]:
@@ -97,12 +103,19 @@ class Playground(QObject):
             return False  # a load alone may still be running: the model thread queues the run behind it
         self._request, self.selected = request, None
         self.shown = self.session.start(request)[0]
+        self._follow.stop()
         self._load_only = False
         self._busy = True
         self.busy_changed.emit(True)  # also when a load was already running: now a run is
         self.worker.submit(request)
         self.run_started.emit(request)
         return True
+
+    def make_request(self, spec: ModelSpec, prompt: str, messages: tuple[Message, ...] | None = None,
+                     settings: SamplerSettings | None = None) -> Request:
+        """A run (or a prompt score) as the window asks for it: the prompt in its mode, the panel's settings."""
+        return Request(model=spec, prompt=prompt, messages=messages, settings=settings or SamplerSettings(),
+                       top_n=TOP_N)
 
     def open_run(self, trace: RunTrace) -> None:
         """Show a saved run, with no model: it joins the session as a finished run and the views draw it."""
@@ -120,7 +133,9 @@ class Playground(QObject):
         run.steps = list(trace.steps)
         self._emit_steps([Step(request.id, st.step, st.token_id, st.text, st, metrics.kv_cache_bytes)
                           for st in trace.steps])
+        self._follow.stop()
         self.finished.emit(run.finished)
+        self.show_step()
 
     def score(self, request: Request) -> None:
         """The prompt's own log-probabilities, queued behind whatever the model thread is doing."""
@@ -138,9 +153,23 @@ class Playground(QObject):
         if i is not None and not 0 <= i < len(self.steps):
             return
         self.selected = i
+        self.show_step()
+
+    @property
+    def streaming(self) -> bool:
+        """The run shown is still running."""
+        return self.shown is not None and self.shown.running
+
+    @property
+    def following(self) -> bool:
+        """The views follow the latest step of a run still streaming (nothing is pinned)."""
+        return self.selected is None and self.shown is not None and self.shown.running
+
+    def show_step(self) -> None:
+        """Tell the views which step to show now: the one pinned, else the latest."""
         if self.steps:
-            j = len(self.steps) - 1 if i is None else i
-            self.step_selected.emit(j, self.steps[j])
+            j = len(self.steps) - 1 if self.selected is None else self.selected
+            self.step_shown.emit(j, self.steps[j])
 
     def preview(self, settings: SamplerSettings) -> None:
         """Show what `settings` would have drawn at the selected step, without the model."""
@@ -184,6 +213,8 @@ class Playground(QObject):
             # what exists into the permanent generation and keep the per-token cost flat.
             gc.freeze()
         self.steps_appended.emit(steps)
+        if not self._follow.isActive():
+            self._follow.start()
         self._kv_bytes = steps[-1].kv_bytes
         self._decode_s += sum(s.trace.seconds for s in steps if s.trace is not None and s.step > 0)
 
@@ -223,7 +254,9 @@ class Playground(QObject):
             if self._current(ev.request_id) and all(not r.running for r in self.session.of_request(ev.request_id)):
                 self._set_busy(False)
             if run is not None and run is self.shown:
+                self._follow.stop()  # the last redraw is due now, with every step in: never skipped
                 self.finished.emit(ev)
+                self.show_step()
         elif isinstance(ev, Scored):
             self.scored.emit(ev)
         elif isinstance(ev, Failed):

@@ -15,6 +15,7 @@ import html
 import itertools
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QPoint, Qt, Signal
 from PySide6.QtGui import QColor, QLinearGradient, QMouseEvent, QPainter, QTextCharFormat, QTextCursor
@@ -22,6 +23,9 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QTextEdit, QTool
 
 from app.core.events import Step
 from app.core.surprisal import PromptScore
+
+if TYPE_CHECKING:
+    from app.ui.playground import Playground
 
 SHADES = 20
 SURPRISE_DECADES = 4  # the surprisal scale runs from p = 1 (clear) to p <= 1e-4 (full colour), log-spaced
@@ -257,6 +261,17 @@ class TokenView(QWidget):
         box.setContentsMargins(0, 0, 0, 0)
         box.addLayout(legend)
         box.addWidget(self.text)
+
+    def bind(self, pg: Playground) -> None:
+        """The shown run's text as it streams, its end, the token of the step shown; a click selects a step.
+        While the latest step streams by, no token is selected: it moves too fast to follow."""
+        t = self.text
+        pg.run_started.connect(lambda _request: t.clear_run())
+        pg.steps_appended.connect(t.append_steps)
+        pg.finished.connect(lambda ev: t.mark_end(ev.reason))
+        pg.step_shown.connect(lambda _i, trace: t.select(None if pg.following else trace.step))
+        pg.preview_changed.connect(lambda _s, trace: t.select(trace.step))
+        t.step_clicked.connect(pg.select_step)
 
 
 class SurprisalText(TokenSpans):
