@@ -72,6 +72,9 @@ class MlxOps:
     def kth_largest(self, x: mx.array, k: int) -> mx.array:
         return mx.min(mx.topk(x, k))  # a partition, not a sort: O(vocabulary)
 
+    def count_above(self, sorted_desc: mx.array, v: mx.array) -> mx.array:
+        return mx.sum(sorted_desc[None, :] > v[:, None], axis=1)  # (N, V) compares: one fused kernel on a GPU
+
     def topk(self, x: mx.array, k: int) -> tuple[mx.array, mx.array]:
         k = min(k, x.shape[0])
         part = mx.argpartition(-x, k - 1)[:k] if k < x.shape[0] else mx.arange(x.shape[0])

@@ -29,6 +29,7 @@ class ArrayOps(Protocol):
     def count_cumsum(self, mask: Array) -> Array: ...  # running count of True (int)
     def sort_desc(self, x: Array) -> Array: ...  # values, descending
     def kth_largest(self, x: Array, k: int) -> Array: ...  # the k-th largest value (k >= 1), as a 0-d array
+    def count_above(self, sorted_desc: Array, v: Array) -> Array: ...  # (N,) how many of sorted_desc exceed each v
     def topk(self, x: Array, k: int) -> tuple[Array, Array]: ...  # (values, indices), descending
     def take(self, x: Array, idx: Array) -> Array: ...
     def scatter(self, x: Array, idx: Array, values: Array) -> Array: ...  # copy of x with x[idx] = values
@@ -88,6 +89,9 @@ class NumpyOps:
 
     def kth_largest(self, x: np.ndarray, k: int) -> np.ndarray:
         return np.partition(x, x.shape[0] - k)[x.shape[0] - k]
+
+    def count_above(self, sorted_desc: np.ndarray, v: np.ndarray) -> np.ndarray:
+        return np.searchsorted(-sorted_desc, -v, side="left")  # ascending after negation: the count of > v
 
     def topk(self, x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         k = min(k, x.shape[0])

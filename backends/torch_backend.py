@@ -63,6 +63,9 @@ class TorchOps:
     def kth_largest(self, x: torch.Tensor, k: int) -> torch.Tensor:
         return torch.topk(x, k).values[-1]
 
+    def count_above(self, sorted_desc: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return torch.searchsorted(-sorted_desc, -v, side="left")  # ascending after negation: the count of > v
+
     def topk(self, x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         _, i = torch.topk(x, min(k, x.shape[0]))
         i = torch.sort(i).values  # ids ascending, then a stable sort by value: ties keep the lower id first

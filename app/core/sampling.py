@@ -338,7 +338,7 @@ def _cumulative(ops: ArrayOps, cut: Cut, x: Array, ids: Array) -> Array:
     sorted_x, cdf = cut.order
     v = ops.take(x, ids)
     ahead = _row_counts(ops, (v[None, :] == v[:, None]) & (ids[None, :] < ids[:, None]))  # tied, lower id
-    return ops.take(cdf, ops.minimum(_count_above(ops, sorted_x, v) + ahead, sorted_x.shape[0] - 1))
+    return ops.take(cdf, ops.minimum(ops.count_above(sorted_x, v) + ahead, sorted_x.shape[0] - 1))
 
 
 def _row_counts(ops: ArrayOps, mask: Array) -> Array:
@@ -348,19 +348,6 @@ def _row_counts(ops: ArrayOps, mask: Array) -> Array:
     running = ops.count_cumsum(mask.reshape(-1))
     ends = ops.arange(n) * n + (n - 1)
     return ops.take(running, ends) - ops.take(running, ops.maximum(ends - n, 0))
-
-
-def _count_above(ops: ArrayOps, sorted_desc: Array, v: Array) -> Array:
-    """(N,) how many of `sorted_desc` (V,) exceed each of `v` (N,): a binary search of log2(V) steps over the N
-    values at once (the larger values are a prefix: extend it by each power of two while it stays above)."""
-    size = sorted_desc.shape[0]
-    count = ops.arange(v.shape[0]) * 0
-    step = 1 << (size.bit_length() - 1)
-    while step:
-        longer = ops.minimum(count + step, size)
-        count = ops.where(ops.take(sorted_desc, longer - 1) > v, longer, count)
-        step >>= 1
-    return count
 
 
 def resample(
