@@ -188,13 +188,13 @@ class StepChart(ThemedPlot):
         self.final.setOpts(x=x + 0.2, height=probs[-1], width=0.38, brushes=None, pens=pens)
         legend = [(self.raw, "model (raw)"), (self.final, "sampled from")]
         top_p = s.stage_index("top_p")
+        self.top_p_line.setVisible(top_p is not None)  # first: a hidden line's label ignores a new value
         if top_p is not None:
             self.cumulative.setData(x, finite(s.top_p_cumulative[:n].astype(np.float64)))
             self.top_p_line.setValue(float(s.thresholds[top_p]))
             legend.append((self.cumulative, "top-p's running mass"))
         else:
             self.cumulative.setData([], [])
-        self.top_p_line.setVisible(top_p is not None)
         for name, stage in self.stage_lines.items():
             i = s.stage_index(name)
             if stage.show(None if i is None else s.probs[i, :n], math.nan if i is None else float(s.thresholds[i])):

@@ -72,7 +72,9 @@ def assert_draws_the_record(chart: StepChart, s: Sample, texts: tuple[str, ...])
         cx, cy = chart.cumulative.getData()
         np.testing.assert_array_equal(cx, x)
         np.testing.assert_array_equal(cy, s.top_p_cumulative)  # top-p's own running mass
-        assert chart.top_p_line.isVisible() and chart.top_p_line.value() == s.thresholds[s.stage_index("top_p")]
+        p = s.thresholds[s.stage_index("top_p")]
+        assert chart.top_p_line.isVisible() and chart.top_p_line.value() == p
+        assert chart.top_p_line.label.toPlainText() == f"top-p {p:.2f}"  # the label says the drawn value
     else:
         assert chart.cumulative.getData()[0] is None or len(chart.cumulative.getData()[0]) == 0
         assert not chart.top_p_line.isVisible()
@@ -122,6 +124,15 @@ def test_after_top_k_the_cumulative_curve_is_renormalized_as_top_p_saw_it(chart)
     _, cy = chart.cumulative.getData()
     assert cy[2] == pytest.approx(1.0, abs=1e-6)  # all of top-p's mass is in the three top-k kept
     assert cy[2] > np.cumsum(s.probs[0])[2] + 0.05  # not the raw running mass
+
+
+def test_every_record_is_drawn_whole_whatever_was_drawn_before(chart):
+    """Stages come and go between steps (a preview, another run): each record is drawn as if on a new chart."""
+    sequence = [SamplerSettings(temperature=0.7), FILTERS, SamplerSettings(temperature=0), FILTERS.with_(top_p=0.6)]
+    for i, settings in enumerate(sequence):
+        s, texts = record(settings, seed=i)
+        chart.show_sample(s, texts)
+        assert_draws_the_record(chart, s, texts)
 
 
 def test_temperature_alone_draws_no_lines_and_penalties_are_a_stage(chart):
