@@ -123,7 +123,8 @@ def apply_penalties(ops: ArrayOps, x: Array, s: SamplerSettings, context: Array,
         r = s.repetition_penalty
         x = ops.where(context > 0, ops.where(x > 0, x / r, x * r), x)
     if s.frequency_penalty != 0 or s.presence_penalty != 0:
-        x = x - generated * s.frequency_penalty - (generated > 0) * s.presence_penalty
+        # the mask as float32: numpy would make bool × float a float64 and the rest of the step with it
+        x = x - generated * s.frequency_penalty - ops.f32(generated > 0) * s.presence_penalty
     return x
 
 

@@ -384,3 +384,11 @@ def test_resample_keeps_the_whole_vocabulary_s_raw_numbers_of_the_step_it_redraw
     assert got.raw_logprob == pytest.approx(want.raw_logprob, abs=1e-5) and got.token == want.token
     assert got.stage_names == ("temperature", "top_k")
     np.testing.assert_allclose(got.probs[2:], want.probs[2:], rtol=1e-4, atol=1e-7)  # after top-k: exact
+
+
+def test_penalties_keep_the_step_in_float32():
+    """Found by the fuzz test in a fresh clone: numpy made the presence mask × penalty a float64, so a token at
+    p = 4e-77 (0 in float32, as every other backend computes it) could be drawn at u = 0."""
+    s = SamplerSettings(temperature=0.5, frequency_penalty=-2.0, presence_penalty=-2.0)
+    out = draw(np.array([0.0, 88.0], dtype=np.float32), s, 0.0, history=History.start(NUMPY, 2, []))
+    assert out.token == 1 and out.prob == 1.0
