@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from backends import installed
+from backends.base import LoadOptions
+from tests.tiny import make_model
+
 # Fuzz tests draw the same examples on every machine and every run: no test's outcome depends on luck or on a
 # local example database (a fresh clone found a bug the developer's database never replayed; it is a test now).
 settings.register_profile("logitlab", derandomize=True, database=None)
 settings.load_profile("logitlab")
-
-from backends import installed
-from backends.base import LoadOptions
-from tests.tiny import make_model
 
 
 @pytest.fixture(scope="session")
