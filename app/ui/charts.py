@@ -166,19 +166,23 @@ class StepChart(ThemedPlot):
         """Nothing drawn (a new run before its first token), with an optional note."""
         for bars in (self.raw, self.final):
             bars.setOpts(x=[], height=[])
+        self._hide_stages(note)
+        self._set_legend([])
+        self.getPlotItem().getAxis("bottom").setTicks([[]])
+        self._ticks = [[]]
+        self.title.setText("")
+        self.shown = None
+
+    def _hide_stages(self, note: str) -> None:
+        """No running mass, no lines, no cut labels; `note` in their place."""
         self.cumulative.setData([], [])
         self.top_p_line.setVisible(False)
         for stage in self.stage_lines.values():
             stage.show(None, math.nan)
         for i, label in enumerate(self.cut_labels):
             self._cut_label(label, i, None, 0.0)
-        self._set_legend([])
-        self.getPlotItem().getAxis("bottom").setTicks([[]])
-        self._ticks = [[]]
-        self.title.setText("")
         self.note.setText(note)
         self.note.setPos(-0.6, 0.97)
-        self.shown = None
 
     def _show_stages(self, s: Sample, x: np.ndarray, pens: list) -> list[tuple[object, str]]:
         n = len(x)
@@ -209,15 +213,8 @@ class StepChart(ThemedPlot):
         bars, other = (self.final, self.raw) if s.reported == "final" else (self.raw, self.final)
         bars.setOpts(x=x, height=finite(s.probs[0, : len(x)].astype(np.float64)), width=0.6, brushes=None, pens=pens)
         other.setOpts(x=[], height=[])
-        self.cumulative.setData([], [])
-        self.top_p_line.setVisible(False)
-        for stage in self.stage_lines.values():
-            stage.show(None, math.nan)
-        for i, label in enumerate(self.cut_labels):
-            self._cut_label(label, i, None, 0.0)
         which = "the sampled distribution" if s.reported == "final" else "the model's raw distribution"
-        self.note.setText(f"stages not observed: the server reported its top {s.top_n} of {which}")
-        self.note.setPos(-0.6, 0.97)
+        self._hide_stages(f"stages not observed: the server reported its top {s.top_n} of {which}")
         return [(bars, "sampled from" if s.reported == "final" else "model (raw)")]
 
     def _set_ticks(self, texts: tuple[str, ...]) -> None:

@@ -7,13 +7,11 @@ import bisect
 import math
 import re
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import Qt
 
-from app.core.models import ModelSpec
 from app.core.sampling import sample
 from app.core.settings import SamplerSettings, StageOrder
 from app.core.trace import Sample
@@ -166,18 +164,10 @@ def test_a_partial_trace_shows_only_what_the_server_reported(chart):
 # --- the window: header, chart and selected token show one step ---------------------------------------------
 
 @pytest.fixture
-def window(qtbot, tiny_path: Path, tmp_path: Path):
-    w = MainWindow(settings=QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat),
-                   spec=ModelSpec(str(tiny_path), "torch"))
-    qtbot.addWidget(w)
-    w.show()
-    w.sampler.seed.setValue(3)
-    w.sampler.lock.setChecked(True)
+def window(window):
     for name, value in (("temperature", 0.5), ("top_k", 12), ("top_p", 0.8), ("min_p", 0.05)):
-        w.sampler.editors[name].setValue(value)
-    qtbot.waitUntil(lambda: w.playground.info is not None, timeout=RUN_TIMEOUT)
-    yield w
-    w.close()
+        window.sampler.editors[name].setValue(value)
+    return window
 
 
 def shown_step(w: MainWindow) -> dict[str, int | None]:

@@ -7,15 +7,13 @@ from __future__ import annotations
 import html
 import math
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QPoint, QSettings, Qt
+from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QToolTip
 
 from app.core.events import Request, Scored
-from app.core.models import ModelSpec
 from app.ui.main_window import MainWindow
 from app.ui.token_view import (
     SHADES,
@@ -32,19 +30,9 @@ PROMPT = "Hello world, this is a test"
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> QSettings:
-    return QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
-
-
-@pytest.fixture
-def window(qtbot, tiny_path: Path, store: QSettings):
-    w = MainWindow(settings=store, spec=ModelSpec(str(tiny_path), "torch"))
-    qtbot.addWidget(w)
-    w.show()
-    qtbot.waitUntil(lambda: w.playground.tokenizer is not None, timeout=RUN_TIMEOUT)
-    w.prompt.set_prompt(PROMPT)
-    yield w
-    w.close()
+def window(window):
+    window.prompt.set_prompt(PROMPT)
+    return window
 
 
 def toggle_on(qtbot, w: MainWindow) -> Scored:

@@ -5,33 +5,14 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import replace
-from pathlib import Path
 
-import pytest
-from PySide6.QtCore import QPoint, QSettings, Qt, QTimer
+from PySide6.QtCore import QPoint, Qt, QTimer
 from PySide6.QtGui import QTextCursor
 
 from app.core.models import ModelSpec
 from app.ui.main_window import MainWindow
 
 RUN_TIMEOUT = 60_000
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> QSettings:
-    return QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
-
-
-@pytest.fixture
-def window(qtbot, tiny_path: Path, store: QSettings):
-    w = MainWindow(settings=store, spec=ModelSpec(str(tiny_path), "torch"))
-    qtbot.addWidget(w)
-    w.show()
-    w.sampler.seed.setValue(3)  # every draw seeded: no test depends on luck
-    w.sampler.lock.setChecked(True)
-    qtbot.waitUntil(lambda: w.playground.info is not None, timeout=RUN_TIMEOUT)
-    yield w
-    w.close()
 
 
 def run(qtbot, w: MainWindow, max_tokens: int = 24, **settings) -> object:
