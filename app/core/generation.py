@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from app.core.events import Event, Finished, FinishReason, Prefilled, Request, Step
+from app.core.events import Event, Finished, FinishReason, Message, Prefilled, Request, Step
 from app.core.metrics import Clock
 from app.core.sampling import History, Sample, start_sample
 from app.core.settings import MAX_SEED, SamplerSettings
@@ -33,19 +33,23 @@ class PromptError(ValueError):
     """A prompt that cannot be run (empty, too long, chat without a template)."""
 
 
+def prompt_tokens(tok: Tokenizer, prompt: str, messages: Sequence[Message] | None) -> tuple[list[int], str]:
+    """The text the model sees (chat messages through the model's template) and its token ids: one definition
+    for a run and for the editor's token count."""
+    if messages is None:
+        return tok.encode(prompt), prompt
+    try:
+        text = tok.apply_chat_template([{"role": m.role, "content": m.content} for m in messages])
+    except ValueError as e:
+        raise PromptError(str(e)) from e
+    return tok.encode(text, add_special_tokens=False), text
+
+
 def build_prompt(tok: Tokenizer, request: Request, context_length: int = 0) -> tuple[list[int], str]:
     if request.prompt_ids is not None:
         ids, text = list(request.prompt_ids), tok.decode(request.prompt_ids)
-    elif request.messages is not None:
-        msgs = [{"role": m.role, "content": m.content} for m in request.messages]
-        try:
-            text = tok.apply_chat_template(msgs)
-        except ValueError as e:
-            raise PromptError(str(e)) from e
-        ids = tok.encode(text, add_special_tokens=False)
     else:
-        text = request.prompt
-        ids = tok.encode(text)
+        ids, text = prompt_tokens(tok, request.prompt, request.messages)
     if not ids:
         if tok.bos_id is None:
             raise PromptError("the prompt is empty: type something to continue")

@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.events import Message, Scored
+from app.core.generation import prompt_tokens
 from app.ui.token_view import SurprisalView, TokenSpans
 
 ROLES = ("user", "assistant")
@@ -221,13 +222,7 @@ class PromptEditor(QWidget):
 
     def model_text(self) -> tuple[list[int], str]:
         """The prompt as the model will see it (template applied), and its ids."""
-        tok = self.tokenizer
-        if not self.chat_mode:
-            text = self.prompt()
-            return tok.encode(text), text
-        msgs = [{"role": m.role, "content": m.content} for m in self.chat.messages()]
-        text = tok.apply_chat_template(msgs)
-        return tok.encode(text, add_special_tokens=False), text
+        return prompt_tokens(self.tokenizer, self.prompt(), self.messages())
 
     def refresh_count(self) -> None:
         if self.tokenizer is None:
