@@ -200,3 +200,24 @@ def test_download_progress_shows_bytes_speed_and_time_left(qtbot, window):
     assert "MiB/s" in bar.status.text() and "s left" in bar.status.text()
     bar.show_status("loaded")
     assert not bar.progress.isVisible()
+
+
+def test_every_run_keeps_its_own_steps_in_the_session(qtbot, window):
+    """Events are routed by run id: the sample not shown, and an earlier run, keep every step they drew."""
+    pg = window.playground
+    window.prompt.set_prompt("Hello")
+    window.sampler.editors["max_tokens"].setValue(8)
+    first = replace(window.request(), ignore_eos=True)
+    with qtbot.waitSignal(pg.finished, timeout=RUN_TIMEOUT):
+        assert pg.generate(first)
+    pair = replace(window.request(), ignore_eos=True, n=2)
+    qtbot.waitUntil(lambda: not pg.busy, timeout=RUN_TIMEOUT)
+    with qtbot.waitSignal(pg.finished, timeout=RUN_TIMEOUT):
+        assert pg.generate(pair)
+    qtbot.waitUntil(lambda: not pg.busy, timeout=RUN_TIMEOUT)
+    runs = pg.session.runs
+    assert list(runs) == [first.id, *pair.run_ids] and pg.shown is runs[pair.run_ids[0]]
+    for run in runs.values():
+        assert not run.running and len(run.steps) == 8 and run.trace.token_ids == [s.token_id for s in run.steps]
+    hidden = runs[pair.run_ids[1]]
+    assert hidden.trace.seed == runs[pair.run_ids[0]].trace.seed + 1  # the second sample, never shown, complete
