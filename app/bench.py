@@ -90,7 +90,7 @@ def trace_bytes_per_token(model: Any, ids: tuple[int, ...], n: int) -> float:
     return size / max(1, events[-1].metrics.generated_tokens)
 
 
-def prefix_reuse(model: Any, prompt_tokens: int = 1000, repeat: int = 3) -> dict[str, float]:
+def prefix_reuse(model: Any, prompt_tokens: int = 1000, repeat: int = 2) -> dict[str, float]:
     """TTFT of a first run on a `prompt_tokens` prompt against a re-run of the same prompt, which keeps the
     first run's KV cache and prefills only the last token (medians)."""
     ids = make_prompt(model.tokenizer, min(prompt_tokens, (model.info.context_length or 4096) - 8))
