@@ -139,6 +139,7 @@ class StepChart(ThemedPlot):
         self.setYRange(0, 1.05, padding=0)
         self._ticks: list = []
         self._legend: list[tuple[object, str]] = []
+        self.clear_step("no step yet: press Generate")  # an empty state, not an empty axis with a stray line
 
     def changeEvent(self, e: QEvent) -> None:  # noqa: N802 - Qt override
         super().changeEvent(e)
@@ -183,6 +184,8 @@ class StepChart(ThemedPlot):
             self._cut_label(label, i, None, 0.0)
         self.note.setText(note)
         self.note.setPos(-0.6, 0.97)
+        if self.shown is None:
+            self.setXRange(-0.7, 19.7, padding=0)
 
     def _show_stages(self, s: Sample, x: np.ndarray, pens: list) -> list[tuple[object, str]]:
         n = len(x)
@@ -294,6 +297,7 @@ class TimelineChart(ThemedPlot):
         self.prob.setData([], [])
         self.entropy.setData([], [])
         self.cursor.setValue(0)
+        self.getPlotItem().setXRange(0, 10, padding=0.02)  # steps, not a unitless axis around 0
 
     def append(self, probs: list[float], entropies: list[float]) -> None:
         k = len(probs)
