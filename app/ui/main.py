@@ -32,7 +32,8 @@ def run_window(spec: ModelSpec, settings: SamplerSettings, prompt: str | None = 
                screenshot: str | None = None, open_path: str | None = None) -> int:
     trace = None
     if open_path:
-        from app.core.trace import RunTrace, TraceFormatError
+        from app.core.trace import RunTrace
+        from app.core.trace_file import TraceFormatError
 
         try:
             trace = RunTrace.load(open_path)

@@ -13,7 +13,8 @@ import pytest
 from app.core.metrics import Metrics
 from app.core.sampling import History, sample
 from app.core.settings import SamplerSettings
-from app.core.trace import RunTrace, Sample, StepTrace, TraceFormatError
+from app.core.trace import RunTrace, Sample, StepTrace
+from app.core.trace_file import TraceFormatError
 from backends.ops import NUMPY
 
 SETTINGS = SamplerSettings(temperature=0.5, top_k=12, top_p=0.8, min_p=0.1, repetition_penalty=1.2, seed=9)
