@@ -222,8 +222,8 @@ def generate(model: LoadedModel, request: Request, cancel: threading.Event,
             for i, rid in enumerate(request.run_ids)]
     batch = model.fork(cache, request.n) if request.n > 1 else cache  # the prompt's own cache stays reusable
     vocab = int(logits.shape[-1])
-    rows = [Row(np.random.default_rng(r.trace.seed),
-                      History.start(model.ops, vocab, ids) if s.uses_penalties else None) for r in runs]
+    rows = [Row(np.random.default_rng(r.trace.seed), History.start(model.ops, vocab, ids) if s.uses_penalties else None)
+            for r in runs]
     eos = frozenset() if request.ignore_eos else model.tokenizer.eos_ids
     ctx = model.info.context_length or 0
     last = min(s.max_tokens, ctx - len(ids)) if ctx else s.max_tokens  # the context may fill up first
@@ -243,10 +243,7 @@ def generate(model: LoadedModel, request: Request, cancel: threading.Event,
             yield from _steps(model, request, run, released, batch, texts)
             if done or stopped:
                 run.reason, row.done = ("eos" if done else "stop"), True
-    if request.n == 1:
-        prefix.keep(model, cache, ids + runs[0].drawn)
-    else:
-        prefix.keep(model, cache, ids)
+    prefix.keep(model, cache, ids + runs[0].drawn if request.n == 1 else ids)  # n > 1: the prompt's cache alone
     kv = model.cache_bytes(batch)
     ran_out: FinishReason = "context" if last < s.max_tokens else "length"
     for run in runs:

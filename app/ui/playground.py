@@ -163,7 +163,7 @@ class Playground(QObject):
     @property
     def following(self) -> bool:
         """The views follow the latest step of a run still streaming (nothing is pinned)."""
-        return self.selected is None and self.shown is not None and self.shown.running
+        return self.selected is None and self.streaming
 
     def show_step(self) -> None:
         """Tell the views which step to show now: the one pinned, else the latest."""
@@ -217,11 +217,6 @@ class Playground(QObject):
             self._follow.start()
         self._kv_bytes = steps[-1].kv_bytes
         self._decode_s += sum(s.trace.seconds for s in steps if s.trace is not None and s.step > 0)
-
-    @property
-    def run_settings(self) -> SamplerSettings | None:
-        """The settings of the run being shown (running or finished)."""
-        return self.shown.request.settings if self.shown is not None else None
 
     def live_stats(self) -> tuple[int, float, float | None, int]:
         """(tokens, decode tokens/s, TTFT seconds or None, KV bytes) of the run in progress."""
