@@ -40,6 +40,8 @@ class Request:
     ignore_eos: bool = False  # keep going past end-of-text (benchmarks, fixed-length runs)
     n: int = 1  # samples of this prompt, decoded together from one prefill; sample i is seeded with seed + i
     parent: tuple[int, int] | None = None  # (run id, step) this run branches from
+    inherited: tuple[StepTrace, ...] = ()  # steps taken over from the parent (a branch): its steps 0..k-1
+    force: int | None = None  # the token drawn at the first new step, whatever the sampler says (a fork)
     id: int = field(default_factory=lambda: next(_ids))
     run_ids: tuple[int, ...] = ()  # one per sample; the first is the request's own id
 

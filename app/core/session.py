@@ -21,6 +21,7 @@ class Run:
     prefilled: Prefilled | None = None
     steps: list[StepTrace] = field(default_factory=list)
     finished: Finished | None = None
+    name: str = ""  # the user's name for this branch ("" : labelled by its first tokens)
 
     @property
     def parent(self) -> tuple[int, int] | None:
