@@ -1,0 +1,220 @@
+"""The session file: what a person made in the window as one versioned JSON Lines file. A header line (prompt,
+chat messages, sampler settings, the model's source and backend, the run shown), then per run a line with its
+name followed by its trace in the trace file's own lines (`trace_file.py`; the trace's header holds the run id
+and parent). Written atomically, read back equal; a newer or damaged file raises `SessionFormatError` naming
+file and line, and nothing is half-loaded. A lone run's trace file opens as a session of that run. No Qt.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from app.core import trace_file
+from app.core.events import Finished, Message, Prefilled, Request
+from app.core.metrics import Metrics
+from app.core.models import BUILTIN_NAME, ModelSpec
+from app.core.session import Run, Session
+from app.core.settings import SamplerSettings
+from app.core.trace import RunTrace
+from app.core.trace_file import TraceFormatError
+
+FORMAT = "logitlab-session"
+VERSION = 1
+ROLES = ("system", "user", "assistant")
+
+
+class SessionFormatError(ValueError):
+    """A session file this version cannot read (newer, damaged or not a session); the message names file and line."""
+
+
+@dataclass(frozen=True)
+class SavedRun:
+    name: str  # the user's name for the branch ("": labelled by its first tokens)
+    trace: RunTrace  # its run_id and parent are the run's own
+
+    @property
+    def id(self) -> int:
+        return self.trace.run_id
+
+    @property
+    def parent(self) -> tuple[int, int] | None:
+        return self.trace.parent
+
+
+@dataclass(frozen=True)
+class SavedSession:
+    prompt: str = ""  # the completion editor's text
+    messages: tuple[Message, ...] = ()  # the chat editor's messages (kept in completion mode too)
+    chat: bool = False  # the chat editor was the one in use
+    settings: SamplerSettings = field(default_factory=SamplerSettings)
+    model: str = BUILTIN_NAME  # the model's source: "builtin", a folder or a hub id
+    backend: str = "auto"
+    runs: tuple[SavedRun, ...] = ()  # in the order they were started
+    shown: int | None = None  # the id of the run shown
+    origin: str = ""  # an autosave's: the file the session was last saved to or opened from ("": none)
+
+
+def save(doc: SavedSession, path: str | os.PathLike) -> None:
+    """Write the session atomically: a reader sees the old file or the whole new one, never half of it."""
+    lines = (json.dumps(obj, ensure_ascii=False, allow_nan=False) for obj in to_lines(doc))
+    trace_file._write_atomic(Path(path), lines)
+
+
+def load(path: str | os.PathLike) -> SavedSession:
+    """Read a file `save` wrote (or a run's trace file); a newer or damaged one raises `SessionFormatError`."""
+    path = Path(path)
+    with path.open("rb") as f:
+        return from_lines(f.readlines(), str(path))
+
+
+def to_lines(doc: SavedSession) -> Iterator[dict[str, Any]]:
+    yield {"format": FORMAT, "version": VERSION, "prompt": doc.prompt,
+           "messages": [{"role": m.role, "content": m.content} for m in doc.messages], "chat": doc.chat,
+           "settings": doc.settings.to_dict(), "model": {"source": doc.model, "backend": doc.backend},
+           "shown": doc.shown, "origin": doc.origin, "runs": len(doc.runs)}
+    for run in doc.runs:
+        yield {"run": run.id, "name": run.name, "steps": len(run.trace.steps)}
+        yield from trace_file.to_lines(run.trace)
+
+
+def from_lines(lines: Sequence[str | bytes], name: str = "<session>") -> SavedSession:
+    """The session in `lines` (a file's lines, UTF-8 bytes or text); `name` names it in error messages."""
+    if not lines:
+        raise SessionFormatError(f"{name}:1: empty file, not a Logit Lab session")
+    head = _line(lines, 0, name)
+    if head.get("format") == trace_file.FORMAT:
+        return _lone_trace(lines, name)
+    try:
+        doc, count = _header(head)
+    except SessionFormatError as e:
+        raise SessionFormatError(f"{name}:1: {e}") from None
+    except (ValueError, TypeError, KeyError, IndexError) as e:
+        raise SessionFormatError(f"{name}:1: damaged session header ({type(e).__name__}: {e})") from None
+    runs, i = [], 1
+    for _ in range(count):
+        run, i = _run(lines, i, name)
+        runs.append(run)
+    if i < len(lines):
+        raise SessionFormatError(f"{name}:{i + 1}: text after the session's last run")
+    if len({r.id for r in runs}) != len(runs):
+        raise SessionFormatError(f"{name}: two runs share one id")
+    return replace(doc, runs=tuple(runs))
+
+
+def runs_of(session: Session) -> tuple[SavedRun, ...]:
+    """The session's runs that left a trace (a run still streaming or one that failed has none), each trace
+    carrying its run's id and parent as the session numbers them."""
+    return tuple(SavedRun(r.name, replace(r.trace, run_id=r.id, parent=r.parent))
+                 for r in session.runs.values() if r.trace is not None)
+
+
+def to_session(doc: SavedSession) -> tuple[Session, int | None]:
+    """A live session of the saved runs, each finished with its trace, and the id of the run to show.
+
+    Runs get fresh ids (a saved id may be one this process already gave out); parents follow them."""
+    session, new_ids = Session(), {}
+    spec = ModelSpec(doc.model, doc.backend)
+    for saved in doc.runs:
+        parent = saved.parent
+        if parent is not None:
+            parent = (new_ids[parent[0]], parent[1]) if parent[0] in new_ids else None
+        request = Request(model=spec, prompt_ids=tuple(saved.trace.prompt_ids), settings=saved.trace.settings,
+                          parent=parent)
+        run = session.start(request)[0]
+        _finish(run, replace(saved.trace, run_id=run.id, parent=parent), saved.name)
+        new_ids[saved.id] = run.id
+    shown = new_ids.get(doc.shown) if doc.shown is not None else None
+    if shown is None and session.runs:
+        shown = next(reversed(session.runs))
+    return session, shown
+
+
+def _finish(run: Run, trace: RunTrace, name: str) -> None:
+    """Fill `run` as if its events had arrived: prefilled, every step, finished with `trace`."""
+    metrics = trace.metrics or Metrics(prompt_tokens=len(trace.prompt_ids), generated_tokens=len(trace.steps))
+    run.prefilled = Prefilled(run.request.id, tuple(trace.prompt_ids), trace.prompt_text, trace.seed,
+                              metrics.prefill_s, metrics.reused_tokens)
+    run.steps = list(trace.steps)
+    run.finished = Finished(run.request.id, trace.finish_reason or "length", metrics, trace, run.id)
+    run.name = name
+
+
+def _line(lines: Sequence[str | bytes], i: int, name: str) -> dict[str, Any]:
+    """Line i (0-based) as a JSON object."""
+    if i >= len(lines):
+        raise SessionFormatError(f"{name}:{i + 1}: the file ends before the session's last run (truncated)")
+    try:
+        raw = lines[i]
+        obj = json.loads(raw.decode("utf-8") if isinstance(raw, bytes) else raw)
+    except ValueError as e:
+        raise SessionFormatError(f"{name}:{i + 1}: damaged line ({type(e).__name__}: {e})") from None
+    if not isinstance(obj, dict):
+        raise SessionFormatError(f"{name}:{i + 1}: damaged line (not a JSON object)")
+    return obj
+
+
+def _header(obj: dict[str, Any]) -> tuple[SavedSession, int]:
+    """The session the header describes (no runs yet), and how many runs follow."""
+    if obj.get("format") != FORMAT:
+        raise SessionFormatError("not a Logit Lab session (no session header)")
+    version = obj.get("version")
+    if not isinstance(version, int) or version > VERSION:
+        raise SessionFormatError(f"written by a newer Logit Lab (session format {version}; this one reads up to "
+                                 f"{VERSION}): update Logit Lab to open it")
+    model, count, shown = obj["model"], obj["runs"], obj["shown"]
+    if not isinstance(count, int) or count < 0 or not (shown is None or isinstance(shown, int)):
+        raise TypeError(f"runs {count!r}, shown {shown!r}")
+    doc = SavedSession(prompt=_text(obj["prompt"]), messages=tuple(_message(m) for m in obj["messages"]),
+                       chat=obj["chat"] is True, settings=SamplerSettings.from_dict(obj["settings"]),
+                       model=_text(model["source"]), backend=_text(model["backend"]), shown=shown,
+                       origin=_text(obj.get("origin", "")))
+    return doc, count
+
+
+def _run(lines: Sequence[str | bytes], i: int, name: str) -> tuple[SavedRun, int]:
+    """The run whose name line is line i (0-based), and the index of the line after its trace."""
+    obj = _line(lines, i, name)
+    steps, run_name = obj.get("steps"), obj.get("name")
+    if not isinstance(steps, int) or steps < 0 or not isinstance(run_name, str) or not isinstance(obj.get("run"), int):
+        raise SessionFormatError(f"{name}:{i + 1}: damaged run line (a run id, its name and its step count)")
+    end = i + 1 + steps + 2  # the trace: a header, a line per step, a footer
+    trace = _trace(lines[i + 1: end], name, i + 2)
+    if trace.run_id != obj["run"]:
+        raise SessionFormatError(f"{name}:{i + 2}: the trace of run {obj['run']} says it is run {trace.run_id}")
+    return SavedRun(run_name, trace), end
+
+
+def _trace(lines: Iterable[str | bytes], name: str, first: int) -> RunTrace:
+    """A trace whose first line is line `first` (1-based) of the file: errors name the file's line."""
+    try:
+        return trace_file.from_lines(lines, name)
+    except TraceFormatError as e:
+        where, _, why = str(e).removeprefix(f"{name}:").partition(": ")
+        raise SessionFormatError(f"{name}:{int(where) + first - 1}: {why}") from None
+
+
+def _lone_trace(lines: Sequence[str | bytes], name: str) -> SavedSession:
+    """A run's trace file (`--trace`) as a session of that one run."""
+    trace = _trace(lines, name, 1)
+    model = trace.model or {}
+    return SavedSession(prompt=trace.prompt_text, settings=trace.settings,
+                        model=model.get("source", BUILTIN_NAME), backend=model.get("backend", "auto"),
+                        runs=(SavedRun("", trace),), shown=trace.run_id)
+
+
+def _message(obj: Any) -> Message:
+    role = obj["role"]
+    if role not in ROLES:
+        raise ValueError(f"a message's role must be one of {', '.join(ROLES)}, got {role!r}")
+    return Message(role, _text(obj["content"]))
+
+
+def _text(v: Any) -> str:
+    if not isinstance(v, str):
+        raise TypeError(f"expected text, got {v!r}")
+    return v

@@ -1,0 +1,209 @@
+"""The session file: saved and read back equal (prompt, messages, settings, model, every run's steps bit for bit,
+names, parents); a newer or damaged file is refused with file and line, never half-loaded."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from app.core.events import Finished, Message, Request
+from app.core.metrics import Metrics
+from app.core.session import Session
+from app.core.session_file import SavedSession, SessionFormatError, load, runs_of, save, to_session
+from app.core.settings import SamplerSettings, StageOrder
+from app.core.trace import RunTrace
+from tests.core.test_trace import make_run
+
+SETTINGS = SamplerSettings(temperature=0.7, top_p=0.9, stop=("\n\n",), seed=5, order=StageOrder.TEMPERATURE_LAST)
+
+
+def add_run(session: Session, trace: RunTrace | None, parent: tuple[int, int] | None = None, name: str = "",
+            running: bool = False) -> int:
+    """A run as the view-model leaves it: started by a request, then finished with `trace` (None: it failed)."""
+    run = session.start(Request(prompt_ids=(1, 2), settings=SETTINGS, parent=parent))[0]
+    if trace is not None:
+        run.steps = list(trace.steps)
+    if not running:
+        run.finished = Finished(run.request.id, "length" if trace else "error", Metrics(), trace, run.id)
+    run.name = name
+    return run.id
+
+
+def make_session() -> tuple[Session, list[int]]:
+    """A root, a named branch from its step 2, a branch of that branch; then a failed run and one still running."""
+    session = Session()
+    a = add_run(session, make_run(steps=4))
+    b = add_run(session, make_run(steps=3, settings=SETTINGS), parent=(a, 2), name="the second token ✓")
+    c = add_run(session, make_run(steps=2), parent=(b, 1), name="deeper")
+    add_run(session, None)
+    add_run(session, make_run(steps=1), running=True)
+    return session, [a, b, c]
+
+
+def make_doc() -> SavedSession:
+    session, ids = make_session()
+    return SavedSession(prompt="def f(x):\n    return ", messages=(Message("system", "Be brief."),
+                        Message("user", "π?"), Message("assistant", "3.14\r\n")), chat=True, settings=SETTINGS,
+                        model="/models/tiny", backend="torch", runs=runs_of(session), shown=ids[1])
+
+
+def assert_same_runs(a: list, b: list) -> None:
+    """Runs equal step for step (every float32 bit of every record, NaN and -inf included) and by name."""
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        assert x.name == y.name and len(x.trace.steps) == len(y.trace.steps)
+        for s, t in zip(x.trace.steps, y.trace.steps, strict=True):
+            assert (s.step, s.text, s.top_texts, s.seconds) == (t.step, t.text, t.top_texts, t.seconds)
+            for part in ("top_ids", "kept", "values"):
+                p, q = getattr(s.sample, part), getattr(t.sample, part)
+                assert p.dtype == q.dtype and p.tobytes() == q.tobytes(), part
+        assert (x.trace.settings, x.trace.prompt_ids, x.trace.seed, x.trace.metrics, x.trace.finish_reason) == (
+            y.trace.settings, y.trace.prompt_ids, y.trace.seed, y.trace.metrics, y.trace.finish_reason)
+
+
+def test_a_session_saved_and_reopened_equals_the_original(tmp_path: Path):
+    doc = make_doc()
+    save(doc, tmp_path / "s.jsonl")
+    back = load(tmp_path / "s.jsonl")
+    assert back == doc
+    assert (back.prompt, back.messages, back.chat, back.settings, back.model, back.backend, back.shown) == (
+        doc.prompt, doc.messages, doc.chat, doc.settings, doc.model, doc.backend, doc.shown)
+    assert [(r.id, r.parent, r.name) for r in back.runs] == [(r.id, r.parent, r.name) for r in doc.runs]
+    assert_same_runs(list(back.runs), list(doc.runs))
+
+
+def test_the_runs_saved_are_those_that_left_a_trace_each_with_its_own_id_and_parent():
+    session, (a, b, c) = make_session()
+    runs = runs_of(session)
+    assert [(r.id, r.parent, r.name) for r in runs] == [(a, None, ""), (b, (a, 2), "the second token ✓"),
+                                                        (c, (b, 1), "deeper")]
+    assert [len(r.trace.steps) for r in runs] == [5, 4, 3]  # make_run adds one step a server reported
+    assert session.runs[b].trace.run_id == 4  # the session's own traces are left as they were
+
+
+def test_the_file_is_a_header_then_per_run_a_name_line_and_its_trace_lines(tmp_path: Path):
+    doc = make_doc()
+    save(doc, tmp_path / "s.jsonl")
+    lines = [json.loads(x) for x in (tmp_path / "s.jsonl").read_text(encoding="utf-8").splitlines()]
+    head = lines[0]
+    assert head["format"] == "logitlab-session" and head["version"] == 1 and head["runs"] == 3
+    assert head["model"] == {"source": "/models/tiny", "backend": "torch"} and head["settings"]["top_p"] == 0.9
+    assert head["messages"][2] == {"role": "assistant", "content": "3.14\r\n"}
+    i = 1
+    for run in doc.runs:
+        assert lines[i] == {"run": run.id, "name": run.name, "steps": len(run.trace.steps)}
+        assert lines[i + 1]["format"] == "logitlab-trace" and lines[i + 1]["run_id"] == run.id
+        assert lines[i + 1]["parent"] == (list(run.parent) if run.parent else None)
+        i += len(run.trace.steps) + 3
+        assert lines[i - 1]["end"] is True
+    assert i == len(lines)
+
+
+def test_a_reopened_session_gives_its_runs_fresh_ids_and_their_parents_follow():
+    doc = make_doc()
+    session, shown = to_session(doc)
+    runs = list(session.runs.values())
+    assert [r.name for r in runs] == [r.name for r in doc.runs]
+    old = [r.id for r in doc.runs]
+    assert all(r.id not in old for r in runs)  # ids this process gave out elsewhere are never reused
+    assert [r.parent for r in runs] == [None, (runs[0].id, 2), (runs[1].id, 1)]
+    assert [r.trace.run_id for r in runs] == [r.id for r in runs] and [r.trace.parent for r in runs] == [
+        r.parent for r in runs]
+    assert shown == runs[1].id and all(not r.running and r.steps == list(r.trace.steps) for r in runs)
+    assert session.children(runs[0].id) == [runs[1]] and Request().id not in session.runs
+    assert [r.id for r in doc.runs] == old  # the saved session is not changed by it
+
+
+def test_a_parent_left_out_of_the_file_makes_its_child_a_root():
+    doc = make_doc()
+    session, _ = to_session(replace(doc, runs=doc.runs[1:], shown=None))
+    first, second = session.runs.values()
+    assert first.parent is None and second.parent == (first.id, 1)
+
+
+def test_saving_replaces_the_file_atomically_and_a_failed_save_keeps_the_old_file(tmp_path: Path, monkeypatch):
+    path = tmp_path / "s.jsonl"
+    path.write_text("the old session\n")
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+    doc = make_doc()
+    save(doc, path)
+    assert synced and load(path) == doc
+    before = path.read_bytes()
+    broken = make_doc()
+    broken.runs[-1].trace.metrics = object()  # not serializable: fails after the other runs were written
+    with pytest.raises(TypeError):
+        save(broken, path)
+    assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["s.jsonl"]
+
+
+def test_a_run_trace_file_opens_as_a_session_of_that_run(tmp_path: Path):
+    trace = make_run(steps=3)
+    trace.save(tmp_path / "run.jsonl")
+    doc = load(tmp_path / "run.jsonl")
+    assert doc.prompt == trace.prompt_text and doc.settings == trace.settings
+    assert (doc.model, doc.backend, doc.shown) == ("/models/tiny", "torch", trace.run_id)
+    assert [r.trace for r in doc.runs] == [trace]
+
+
+def saved(tmp_path: Path) -> tuple[Path, list[str]]:
+    path = tmp_path / "s.jsonl"
+    save(make_doc(), path)
+    return path, path.read_text(encoding="utf-8").splitlines()
+
+
+def write(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+    return path
+
+
+def test_a_file_from_a_newer_version_is_refused_with_file_and_line(tmp_path: Path):
+    path, lines = saved(tmp_path)
+    head = json.loads(lines[0])
+    head["version"] = 2
+    write(path, [json.dumps(head), *lines[1:]])
+    with pytest.raises(SessionFormatError, match=rf"^{path}:1: written by a newer Logit Lab \(session format 2"):
+        load(path)
+
+
+def edit_header(lines: list[str], **changes: object) -> list[str]:
+    head = json.loads(lines[0])
+    head.update(changes)
+    return [json.dumps(head), *lines[1:]]
+
+
+# Line 1 is the header; the first run takes lines 2 (its name), 3 (its trace's header), 4-8 (5 steps) and 9 (the
+# trace's footer), the second 10-16, the third 17-22.
+@pytest.mark.parametrize(("damage", "line", "message"), [
+    (lambda ls: ls[:-1], 22, "ends before the trace's last line"),
+    (lambda ls: ls[:9], 10, "ends before the session's last run"),
+    (lambda ls: [*ls[:4], ls[4][:50], *ls[5:]], 5, "damaged trace line"),
+    (lambda ls: [*ls[:9], ls[9].replace('"steps"', '"stops"'), *ls[10:]], 10, "damaged run line"),
+    (lambda ls: [*ls[:2], ls[2].replace('"run_id": ', '"run_id": 1'), *ls[3:]], 3, "says it is run"),
+    (lambda ls: [*ls, ls[1]], None, "text after the session's last run"),
+    (lambda ls: edit_header(ls, runs=2), 17, "text after the session's last run"),
+    (lambda ls: edit_header(ls, messages=[{"role": "god", "content": "x"}]), 1, "role must be one of"),
+    (lambda ls: edit_header(ls, settings={"top_p": 7}), 1, "damaged session header"),
+    (lambda ls: edit_header(ls, prompt=3), 1, "damaged session header"),
+    (lambda ls: ["[1, 2]", *ls[1:]], 1, "not a JSON object"),
+    (lambda ls: ["{}", *ls[1:]], 1, "not a Logit Lab session"),
+    (lambda ls: [], 1, "empty file"),
+])
+def test_a_damaged_file_is_refused_with_file_and_line_never_half_loaded(tmp_path: Path, damage, line, message):
+    path, lines = saved(tmp_path)
+    write(path, damage(lines))
+    where = rf"{path}:{line if line is not None else len(lines) + 1}"
+    with pytest.raises(SessionFormatError, match=rf"^{where}: .*{message}"):
+        load(path)
+
+
+def test_bytes_that_are_not_utf8_are_a_format_error(tmp_path: Path):
+    path, lines = saved(tmp_path)
+    path.write_bytes((lines[0] + "\n").encode() + b"\xff\xfe\n")
+    with pytest.raises(SessionFormatError, match=rf"^{path}:2: damaged"):
+        load(path)
