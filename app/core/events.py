@@ -42,6 +42,7 @@ class Request:
     parent: tuple[int, int] | None = None  # (run id, step) this run branches from
     inherited: tuple[StepTrace, ...] = ()  # steps taken over from the parent (a branch): its steps 0..k-1
     force: int | None = None  # the token drawn at the first new step, whatever the sampler says (a fork)
+    branch: str = ""  # how it leaves its parent: "fork", "regenerate" or "replay" (RunTrace.branch)
     id: int = field(default_factory=lambda: next(_ids))
     run_ids: tuple[int, ...] = ()  # one per sample; the first is the request's own id
 

@@ -25,6 +25,7 @@ from app.core.sampling import History, Sample, start_sample
 from app.core.settings import MAX_SEED, SamplerSettings
 from app.core.trace import RunTrace, StepTrace
 from backends.base import LoadedModel, StreamDecoder, Tokenizer
+from backends.ops import ArrayOps
 
 PREFILL_CHUNK = 512
 
@@ -116,6 +117,7 @@ class Row:
     rng: np.random.Generator
     history: History | None = None
     done: bool = False
+    force: int | None = None  # the token to take at the first step, whatever the draw (a fork)
 
 
 def decode(model: LoadedModel, logits: Any, cache: Any, settings: SamplerSettings, rows: list[Row], *,
@@ -126,6 +128,7 @@ def decode(model: LoadedModel, logits: Any, cache: Any, settings: SamplerSetting
     Yields, per step, one outcome per row (a `Sample`, or a token id when not recording; None for a row already
     done). Between steps the caller may mark rows done; decoding ends when all are, after `steps`, or on cancel.
     Where the device runs behind the host, step t+1's forward is queued before step t is read (as mlx-lm).
+    A row's `force` replaces its first draw (the step is recorded as drawn, with the forced token taken).
     """
     ops = model.ops
     for step in range(steps):
@@ -133,15 +136,28 @@ def decode(model: LoadedModel, logits: Any, cache: Any, settings: SamplerSetting
             return
         pending = [start_sample(ops, logits[min(i, logits.shape[0] - 1)], settings, float(r.rng.random()),
                                 history=r.history, top_n=top_n, record=record) for i, r in enumerate(rows)]
-        ahead = ops.overlap and step + 1 < steps
+        forcing = any(r.force is not None for r in rows)
+        ahead = ops.overlap and step + 1 < steps and not forcing
         if ahead:  # this step's draws and records first, so that reading them waits for them only
             ops.start([a for p in pending for a in p.outputs])
             logits = model.forward(ops.stack([p.token for p in pending]), cache)
             ops.start([logits])
         outs = [p.result() for p in pending]
+        if forcing:
+            outs = [_forced(ops, r, o) for r, o in zip(rows, outs, strict=True)]
         yield [None if r.done else o for r, o in zip(rows, outs, strict=True)]
         if not ahead and step + 1 < steps and not all(r.done for r in rows):
             logits = model.forward([[token_of(o)] for o in outs], cache)
+
+
+def _forced(ops: ArrayOps, row: Row, out: Sample | int) -> Sample | int:
+    """`out` with the row's forced token taken instead of the drawn one; its penalty counts follow."""
+    if row.force is None:
+        return out
+    token, row.force = row.force, None
+    if row.history is not None:
+        row.history.swap(ops, token_of(out), token)
+    return out.forcing(token) if isinstance(out, Sample) else token
 
 
 def token_of(out: Sample | int) -> int:
@@ -199,37 +215,48 @@ class _Run:
 
 def generate(model: LoadedModel, request: Request, cancel: threading.Event,
              prefix: Prefix | None = None) -> Iterator[Event]:
+    """A branch (`request.inherited`) starts after its parent's first k steps: they are prefilled (mostly from
+    the `Prefix` cache), taken into its trace and re-sent as its first Step events, and its draws continue the
+    seed's sequence at step k (the same uniform per step as its parent); `request.force` is taken at step k."""
     clock = Clock()
     ids, text = build_prompt(model.tokenizer, request, model.info.context_length)
+    inherited = list(request.inherited)
+    context = ids + [st.token_id for st in inherited]  # what the model has seen before the first new step
+    ctx = model.info.context_length or 0
+    if ctx and len(context) >= ctx:
+        raise PromptError(f"the prompt and the branch's first {len(inherited)} tokens are {len(context)} tokens; "
+                          f"this model's context holds {ctx}")
     s = request.settings
     seed = s.seed if s.seed is not None else secrets.randbelow(MAX_SEED + 1)
     prefix = prefix if prefix is not None else Prefix()
-    cache, reused = prefix.take(model, ids)
+    cache, reused = prefix.take(model, context)
     logits = None
-    for i in range(reused, len(ids), PREFILL_CHUNK):
+    for i in range(reused, len(context), PREFILL_CHUNK):
         if cancel.is_set():
-            prefix.keep(model, cache, ids)
+            prefix.keep(model, cache, context)
             for rid in request.run_ids:
-                yield Finished(request.id, "cancelled", replace(clock.metrics(len(ids), 0), reused_tokens=reused),
+                yield Finished(request.id, "cancelled", replace(clock.metrics(len(context), 0), reused_tokens=reused),
                                None, rid)
             return
-        logits = model.forward([ids[i : i + PREFILL_CHUNK]], cache)
+        logits = model.forward([context[i : i + PREFILL_CHUNK]], cache)
     model.ops.sync([logits])  # lazy frameworks (MLX) compute here: the prefill time is the prefill's
     yield Prefilled(request.id, tuple(ids), text, seed, clock.prefilled(), reused)
 
-    runs = [_Run(rid, i, _new_trace(model, request, ids, text, (seed + i) % (MAX_SEED + 1), rid),
-                 model.tokenizer.stream(), StopHold(s.stop), _fork_clock(clock))
+    runs = [_new_run(model, request, ids, text, (seed + i) % (MAX_SEED + 1), rid, i, clock)
             for i, rid in enumerate(request.run_ids)]
     batch = model.fork(cache, request.n) if request.n > 1 else cache  # the prompt's own cache stays reusable
-    vocab = int(logits.shape[-1])
-    rows = [Row(np.random.default_rng(r.trace.seed), History.start(model.ops, vocab, ids) if s.uses_penalties else None)
-            for r in runs]
+    rows = [_new_row(model, request, run, context, int(logits.shape[-1])) for run in runs]
     eos = frozenset() if request.ignore_eos else model.tokenizer.eos_ids
-    ctx = model.info.context_length or 0
-    last = min(s.max_tokens, ctx - len(ids)) if ctx else s.max_tokens  # the context may fill up first
+    last = max(0, min(s.max_tokens, ctx - len(ids)) if ctx else s.max_tokens)  # the context may fill up first
     texts: dict[int, str] = {}  # token id -> display text, shared by every step of the request
-    for outs in decode(model, logits, batch, s, rows, steps=last, top_n=request.top_n, record=request.record,
-                       cancel=cancel):
+    for run in runs:
+        yield from (Step(request.id, st.step, st.token_id, st.text, st, 0, run.id, run.sequence) for st in inherited)
+        if inherited and inherited[-1].token_id in eos:
+            run.reason = "eos"
+    for row, run in zip(rows, runs, strict=True):
+        row.done = run.reason is not None
+    for outs in decode(model, logits, batch, s, rows, steps=last - len(inherited), top_n=request.top_n,
+                       record=request.record, cancel=cancel):
         for run, row, out in zip(runs, rows, outs, strict=True):
             if out is None:
                 continue
@@ -243,20 +270,43 @@ def generate(model: LoadedModel, request: Request, cancel: threading.Event,
             yield from _steps(model, request, run, released, batch, texts)
             if done or stopped:
                 run.reason, row.done = ("eos" if done else "stop"), True
-    prefix.keep(model, cache, ids + runs[0].drawn if request.n == 1 else ids)  # n > 1: the prompt's cache alone
+    prefix.keep(model, cache, ids + runs[0].drawn if request.n == 1 else context)  # n > 1: the shared cache alone
     kv = model.cache_bytes(batch)
     ran_out: FinishReason = "context" if last < s.max_tokens else "length"
     for run in runs:
         reason = run.reason or ("cancelled" if len(run.drawn) < last else ran_out)
         yield from _steps(model, request, run, run.hold.finish(run.decoder.flush()), batch, texts)
-        metrics = replace(run.clock.metrics(len(ids), kv), reused_tokens=reused)
+        metrics = replace(run.clock.metrics(len(context), kv), reused_tokens=reused)
         run.trace.finish_reason, run.trace.metrics = reason, metrics
         yield Finished(request.id, reason, metrics, run.trace, run.id, run.sequence)
 
 
+def _new_run(model: LoadedModel, request: Request, ids: list[int], text: str, seed: int, run_id: int,
+             sequence: int, clock: Clock) -> _Run:
+    """One sample's text side; a branch's starts with its inherited steps (their tokens primed the decoder)."""
+    run = _Run(run_id, sequence, _new_trace(model, request, ids, text, seed, run_id), model.tokenizer.stream(),
+               StopHold(request.settings.stop), _fork_clock(clock))
+    run.trace.steps.extend(request.inherited)
+    run.drawn = [st.token_id for st in request.inherited]
+    for t in run.drawn:  # so that a character split across the branch point still decodes whole
+        run.decoder.add(t)
+    return run
+
+
+def _new_row(model: LoadedModel, request: Request, run: _Run, context: list[int], vocab: int) -> Row:
+    """One sample's draws: its seed's sequence advanced past the inherited steps, counts over its context."""
+    rng = np.random.default_rng(run.trace.seed)
+    rng.random(len(request.inherited))  # step k draws the seed's k-th uniform, as the parent's step k did
+    history = None
+    if request.settings.uses_penalties:
+        k = len(request.inherited)
+        history = History.start(model.ops, vocab, context[: len(context) - k], context[len(context) - k :])
+    return Row(rng, history, force=request.force)
+
+
 def _new_trace(model: LoadedModel, request: Request, ids: list[int], text: str, seed: int, run_id: int) -> RunTrace:
     trace = RunTrace(prompt_ids=ids, settings=request.settings, seed=seed, prompt_text=text)
-    trace.run_id, trace.parent = run_id, request.parent
+    trace.run_id, trace.parent, trace.branch = run_id, request.parent, request.branch
     trace.model = {"name": model.info.name, "backend": model.info.backend, "source": request.model.source}
     return trace
 

@@ -104,12 +104,25 @@ class History:
     generated: Array  # (V,) float counts of generated tokens
 
     @classmethod
-    def start(cls, ops: ArrayOps, vocab: int, prompt_ids: Sequence[int]) -> History:
-        ids = np.asarray([i for i in prompt_ids if 0 <= i < vocab], dtype=np.int64)
-        return cls(ops.f32(np.bincount(ids, minlength=vocab)[:vocab]), ops.zeros(vocab))
+    def start(cls, ops: ArrayOps, vocab: int, prompt_ids: Sequence[int], generated: Sequence[int] = ()) -> History:
+        """Counts for a run about to draw after `prompt_ids` and the tokens it has already `generated`."""
+        return cls(ops.f32(_counts([*prompt_ids, *generated], vocab)), ops.f32(_counts(generated, vocab)))
 
     def add(self, ops: ArrayOps, token: Array) -> None:
         self.context, self.generated = bump(ops, self.context, token), bump(ops, self.generated, token)
+
+    def swap(self, ops: ArrayOps, drawn: int, taken: int) -> None:
+        """The counts as if `taken` had been drawn instead of `drawn` (a forced token; once per fork)."""
+        for name in ("context", "generated"):
+            counts = ops.numpy(getattr(self, name)).astype(np.float32)
+            counts[drawn] -= 1
+            counts[taken] += 1
+            setattr(self, name, ops.f32(counts))
+
+
+def _counts(ids: Sequence[int], vocab: int) -> np.ndarray:
+    ids = np.asarray([i for i in ids if 0 <= i < vocab], dtype=np.int64)
+    return np.bincount(ids, minlength=vocab)[:vocab].astype(np.float32)
 
 
 def bump(ops: ArrayOps, counts: Array, token: Array) -> Array:

@@ -169,6 +169,21 @@ class Sample:
     final_entropy = _Scalar()
     raw_lse = _Scalar()  # logsumexp of all raw logits
 
+    def forcing(self, token: int) -> Sample:
+        """This step with `token` taken instead of the drawn one (a fork): the same distribution and stages, the
+        token's rank, probability and log-probability read from the record (NaN where it holds none)."""
+        at = np.flatnonzero(self.top_ids == token)
+        if not at.size:
+            raise ValueError(f"token {token} is not among this step's recorded candidates")
+        i = int(at[0])
+        row = self.probs[-1]
+        prob = float(row[i]) if i < row.size and (not self.is_partial or self.reported == "final") else math.nan
+        raw = math.nan if self.is_partial else float(self.top_logits[i]) - self.raw_lse
+        values = self.values.copy()
+        values[0], values[1] = prob, raw
+        rank = i if not self.is_partial or self.reported == "raw" else None
+        return replace(self, token=int(token), rank=rank, values=values)
+
     def with_raw(self, probs: np.ndarray, raw_logprob: float, entropy: float, raw_lse: float) -> Sample:
         """This record with other numbers for the raw distribution: row 0 of `probs` and the raw scalars."""
         values = self.values.copy()
@@ -267,6 +282,7 @@ class RunTrace:
     finish_reason: str | None = None
     metrics: Metrics | None = None
     prompt_text: str = ""  # what the model saw (the chat template applied)
+    branch: str = ""  # how it left its parent: "fork" (its step parent[1] forced), "regenerate", "replay"
 
     @property
     def token_ids(self) -> list[int]:

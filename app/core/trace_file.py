@@ -44,7 +44,7 @@ def to_lines(run: RunTrace) -> Iterator[dict[str, Any]]:
     yield {"format": FORMAT, "version": VERSION, "run_id": run.run_id,
            "parent": list(run.parent) if run.parent is not None else None, "model": run.model,
            "settings": run.settings.to_dict(), "seed": run.seed, "prompt_ids": list(run.prompt_ids),
-           "prompt_text": run.prompt_text}
+           "prompt_text": run.prompt_text, "branch": run.branch}
     for st in run.steps:
         yield _step_line(st)
     yield {"end": True, "steps": len(run.steps), "finish_reason": run.finish_reason,
@@ -93,7 +93,7 @@ def _header(obj: dict[str, Any]) -> RunTrace:
                     settings=SamplerSettings.from_dict(obj["settings"]), seed=int(obj["seed"]),
                     run_id=int(obj["run_id"]), parent=(int(parent[0]), int(parent[1])) if parent is not None else None,
                     model=dict(obj["model"]) if obj["model"] is not None else None,
-                    prompt_text=str(obj.get("prompt_text", "")))
+                    prompt_text=str(obj.get("prompt_text", "")), branch=str(obj.get("branch") or ""))
 
 
 def _footer(run: RunTrace, obj: dict[str, Any]) -> dict[str, Any]:

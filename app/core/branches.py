@@ -1,0 +1,124 @@
+"""What a branch is made of, without the model: the requests for a fork, a regeneration and a replay, and the
+replay's off-model part.
+
+`replay(trace, settings)` re-draws a recorded run under other settings with the same uniform per step, from each
+step's recorded top-256 raw logits, for as long as those decide the draw exactly (`decided_by_record`: the tokens
+the new settings keep are all among the recorded ones); the model takes over from the first step where they do
+not, or after the first step whose token differs. `branch_request` makes the request that continues it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from app.core.events import Request
+from app.core.sampling import NUMPY, RECORD_K, History, apply_penalties
+from app.core.settings import SamplerSettings, StageOrder
+from app.core.trace import RunTrace, Sample, StepTrace
+
+
+@dataclass(frozen=True)
+class Replay:
+    """A run re-drawn off the model: `samples[i]` is step i under the new settings, for every step the record
+    decided, up to and including the first whose token differs from the run's (`diverged`)."""
+
+    samples: tuple[Sample, ...]
+    diverged: int | None  # the first step whose token differs, or None
+
+    @property
+    def exact(self) -> int:
+        return len(self.samples)
+
+    def steps(self, trace: RunTrace) -> list[StepTrace]:
+        """The re-drawn steps that kept the run's tokens, as steps of a new trace (texts from the run's)."""
+        upto = len(self.samples) if self.diverged is None else self.diverged
+        return [_restep(trace.steps[i], self.samples[i]) for i in range(upto)]
+
+
+def replay(trace: RunTrace, settings: SamplerSettings) -> Replay:
+    samples: list[Sample] = []
+    for i, st in enumerate(trace.steps):
+        s = st.sample
+        if s.is_partial or s.u is None or not decided_by_record(trace, i, settings):
+            break
+        new = trace.resample(i, settings)
+        samples.append(new)
+        if new.token != st.token_id:
+            return Replay(tuple(samples), i)
+    return Replay(tuple(samples), None)
+
+
+def decided_by_record(trace: RunTrace, i: int, settings: SamplerSettings) -> bool:
+    """Whether step i's recorded top-K raw logits decide its draw under `settings` exactly: every token the
+    settings could keep is recorded. Conservative: the unrecorded tail's logits are only known to be at most
+    the K-th recorded one, `tail`, and penalties (when they only lower logits) cannot lift them above it."""
+    s = trace.steps[i].sample
+    logits = np.asarray(s.top_logits, dtype=np.float32)  # (K,) descending
+    if len(logits) < RECORD_K:
+        return True  # the whole vocabulary was recorded
+    if settings.uses_penalties and (settings.repetition_penalty < 1 or settings.frequency_penalty < 0
+                                    or settings.presence_penalty < 0):
+        return False  # a penalty that raises logits could lift an unrecorded token
+    tail = float(logits[-1])
+    x = _penalized(trace, i, settings, logits)
+    if settings.greedy:
+        return float(x.max()) > tail
+    if 0 < settings.top_k < RECORD_K:
+        return float(np.sort(x)[::-1][settings.top_k - 1]) > tail
+    if settings.top_p < 1:
+        return _top_p_decided(s, settings, logits)
+    if settings.min_p > 0:
+        t = settings.temperature if settings.order == StageOrder.TEMPERATURE_FIRST else 1.0
+        return (tail - float(x.max())) / t < math.log(settings.min_p)
+    return False  # pure temperature sampling: the tail has mass
+
+
+def _penalized(trace: RunTrace, i: int, settings: SamplerSettings, logits: np.ndarray) -> np.ndarray:
+    if not settings.uses_penalties:
+        return logits
+    ids = trace.steps[i].sample.top_ids
+    where = {int(t): j for j, t in enumerate(ids)}
+    local = lambda seq: [where[int(t)] for t in seq if int(t) in where]
+    h = History.start(NUMPY, len(ids), local(trace.prompt_ids), local(trace.token_ids[:i]))
+    return apply_penalties(NUMPY, logits, settings, h.context, h.generated)
+
+
+def _top_p_decided(s: Sample, settings: SamplerSettings, logits: np.ndarray) -> bool:
+    """Top-p without top-k decides within the record when it sees the raw distribution (temperature 1 or
+    after it, no penalties) and the recorded tokens' mass reaches p before the tail begins."""
+    raw_input = settings.temperature == 1 or settings.order != StageOrder.TEMPERATURE_FIRST
+    if settings.uses_penalties or not raw_input or not math.isfinite(s.raw_lse):
+        return False
+    mass = np.cumsum(np.exp(logits.astype(np.float64) - s.raw_lse))
+    return bool(mass[-2] >= settings.top_p)  # ties at the tail's logit could be unrecorded: stop one short
+
+
+def _restep(st: StepTrace, sample: Sample) -> StepTrace:
+    texts = dict(zip(st.sample.top_ids.tolist(), st.top_texts, strict=False))
+    top = tuple(texts.get(t, "") for t in sample.top_ids[: st.top_n].tolist())
+    return StepTrace(st.step, sample, st.text, top, 0.0)
+
+
+def branch_request(trace: RunTrace, step: int, settings: SamplerSettings, *, kind: str,
+                   force: int | None = None, base: Request | None = None, top_n: int = 20) -> Request:
+    """The request that continues `trace` from `step`: its first `step` steps inherited, `force` taken there.
+    `base` (the run's own request) gives the model; the seed is `settings.seed` (the caller decides)."""
+    spec = base.model if base is not None else Request().model
+    return Request(model=spec, prompt_ids=tuple(trace.prompt_ids), settings=settings, top_n=top_n,
+                   inherited=tuple(trace.steps[:step]), force=force, parent=(trace.run_id, step), branch=kind)
+
+
+def replay_request(trace: RunTrace, settings: SamplerSettings, r: Replay, *, base: Request | None = None,
+                   top_n: int = 20) -> Request:
+    """The model's part of a replay: the re-drawn steps inherited, the diverging token forced (the model
+    records that step again, with the same uniform, and detokenizes it)."""
+    steps = r.steps(trace)
+    settings = settings.with_(seed=trace.seed)
+    at = len(steps)
+    force = r.samples[r.diverged].token if r.diverged is not None else None
+    spec = base.model if base is not None else Request().model
+    return Request(model=spec, prompt_ids=tuple(trace.prompt_ids), settings=settings, top_n=top_n,
+                   inherited=tuple(steps), force=force, parent=(trace.run_id, at), branch="replay")
