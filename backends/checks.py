@@ -18,6 +18,20 @@ from safetensors import SafetensorError, safe_open
 from backends.base import LoadOptions, ModelLoadError, PickleRefusedError, RemoteCodeRefusedError
 
 PICKLE_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.ckpt")
+# A decoder's dimensions, each under the names architectures give it (Llama-style first, then GPT-2's, MPT's).
+DIMENSIONS = {
+    "layers": ("num_hidden_layers", "n_layer", "n_layers"),
+    "heads": ("num_attention_heads", "n_head", "n_heads"),
+    "kv_heads": ("num_key_value_heads", "n_kv_heads"),
+    "head_dim": ("head_dim",),
+    "hidden": ("hidden_size", "n_embd", "d_model"),
+    "vocab": ("vocab_size",),
+    "context": ("max_position_embeddings", "n_positions", "max_seq_len"),
+}
+DIM_WORDS = {"layers": "number of layers", "heads": "number of attention heads",
+             "kv_heads": "number of key-value heads", "head_dim": "size of each attention head",
+             "hidden": "hidden size", "vocab": "vocabulary size", "context": "context length"}
+REQUIRED = ("layers", "hidden", "vocab")  # every decoder has these; a framework would silently use a default
 
 
 @dataclass(frozen=True)
@@ -35,11 +49,10 @@ class ConfigShape:
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> ConfigShape:
         text = config.get("text_config") or config
-        heads, hidden = text.get("num_attention_heads") or 0, text.get("hidden_size") or 0
-        return cls(layers=text.get("num_hidden_layers") or 0, heads=heads,
-                   kv_heads=text.get("num_key_value_heads") or heads,
-                   head_dim=text.get("head_dim") or (hidden // heads if heads else 0), hidden=hidden,
-                   vocab=text.get("vocab_size") or 0, context=text.get("max_position_embeddings") or 0)
+        heads, hidden = _dim(text, "heads"), _dim(text, "hidden")
+        return cls(layers=_dim(text, "layers"), heads=heads, kv_heads=_dim(text, "kv_heads") or heads,
+                   head_dim=_dim(text, "head_dim") or (hidden // heads if heads else 0), hidden=hidden,
+                   vocab=_dim(text, "vocab"), context=_dim(text, "context"))
 
     def kv_bytes_per_token(self, bytes_per_value: float) -> int:
         """Keys and values, every layer: 2 × layers × KV heads × head dim × bytes."""
@@ -53,9 +66,61 @@ def read_config(path: Path) -> dict:
     if not f.exists():
         raise ModelLoadError(f"{path} has no config.json: is this a Hugging Face model folder?")
     try:
-        return json.loads(f.read_text())
+        config = json.loads(f.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ModelLoadError(f"{f} is not valid JSON ({e})") from e
+    check_config(config, f)
+    return config
+
+
+def check_config(config: Any, f: Path) -> None:
+    """A decoder's dimensions as the frameworks need them, checked before any of them reads the file: whole
+    numbers of at least 1 (layers, hidden size and vocabulary present), heads that divide the hidden size when
+    the head size is derived from it, KV heads that divide the heads. The message names the field and value."""
+    if not isinstance(config, dict):
+        raise ModelLoadError(f"{f} holds a JSON {_json_kind(config)}, not an object of named settings")
+    text, prefix = config, ""
+    if config.get("text_config") is not None:  # multimodal: the decoder's own config (its omissions: defaults)
+        text, prefix = config["text_config"], "text_config."
+        if not isinstance(text, dict):
+            raise ModelLoadError(f"{f}: text_config is a JSON {_json_kind(text)}, not an object")
+    required = REQUIRED if not prefix and "auto_map" not in config else ()  # remote code names its own fields
+    for dim in DIMENSIONS:
+        _check_dim(text, dim, dim in required, f, prefix)
+    _check_ratios(ConfigShape.from_config(config), text, f, prefix)
+
+
+def _check_dim(text: dict[str, Any], dim: str, required: bool, f: Path, prefix: str) -> None:
+    names = DIMENSIONS[dim]
+    name = next((n for n in names if text.get(n) is not None), None)  # null: the framework's default
+    if name is None:
+        if required:
+            raise ModelLoadError(f"{f} has no {names[0]} (the {DIM_WORDS[dim]}), which a language model's "
+                                 "config gives")
+        return
+    value = text[name]
+    if type(value) is not int or value < 1:  # bool is an int subclass: `type` refuses it too
+        raise ModelLoadError(f"{f}: {prefix}{name} is {json.dumps(value)}; the {DIM_WORDS[dim]} must be a whole "
+                             "number of at least 1")
+
+
+def _check_ratios(shape: ConfigShape, text: dict[str, Any], f: Path, prefix: str) -> None:
+    if shape.heads and _dim(text, "head_dim") == 0 and shape.hidden % shape.heads:
+        raise ModelLoadError(f"{f}: {prefix}hidden size {shape.hidden} is not divisible by its "
+                             f"{shape.heads} attention heads")
+    if shape.heads and shape.heads % shape.kv_heads:
+        raise ModelLoadError(f"{f}: {prefix}{shape.heads} attention heads cannot be shared by "
+                             f"{shape.kv_heads} key-value heads (the heads must be a multiple of them)")
+
+
+def _dim(text: dict[str, Any], dim: str) -> int:
+    """A dimension under the first of its names the config uses; 0 where it has none (or not a number)."""
+    value = next((text[n] for n in DIMENSIONS[dim] if text.get(n) is not None), 0)
+    return value if type(value) is int else 0
+
+
+def _json_kind(value: Any) -> str:
+    return {list: "array", str: "string", bool: "boolean", int: "number", float: "number"}.get(type(value), "null")
 
 
 def check_folder(path: Path, options: LoadOptions) -> dict:
@@ -63,8 +128,9 @@ def check_folder(path: Path, options: LoadOptions) -> dict:
     config = read_config(path)
     if "auto_map" in config and not options.trust_remote_code:
         raise RemoteCodeRefusedError(
-            f"{path.name} needs code from its repository to run (trust_remote_code). It is off for safety: "
-            "allow it for this model only if you trust its authors."
+            f"{path.name} needs code from its repository to run, which is off for safety. If you trust its "
+            "authors, allow it for this model only: --trust-remote-code on the command line, or the button "
+            "“Allow its code for …” in the window."
         )
     safetensors = sorted(path.glob("*.safetensors"))
     if not safetensors:
@@ -74,7 +140,8 @@ def check_folder(path: Path, options: LoadOptions) -> dict:
         if not options.allow_pickle:
             raise PickleRefusedError(
                 f"{path.name} has only pickle weights ({pickles[0].name}), which can run code when loaded. "
-                "Allow pickle weights for this model to load them with weights_only=True."
+                "Allow them for this model to load them with weights_only=True: --allow-pickle on the command "
+                "line, or the button “Allow pickle weights for …” in the window."
             )
     for f in safetensors:
         check_safetensors(f)
@@ -102,7 +169,22 @@ def _safetensors_problem(f: Path, error: str) -> str:
     if kind.startswith(("invalidheaderlength", "incompletemetadata", "metadataincompletebuffer")):
         return (f"{f.name} is truncated: its {size:,} bytes on disk do not hold what its header lists "
                 "(an interrupted download?)")
-    return f"{f.name} has a damaged header ({reason})"
+    wrong = _wrong_header(f) if "invalid type" in reason else None
+    return f"{f.name} has a damaged header ({wrong or reason})"
+
+
+def _wrong_header(f: Path) -> str | None:
+    """What a well-formed JSON header holds instead of an object of tensor descriptions, if that is the fault."""
+    with f.open("rb") as fh:
+        size = int.from_bytes(fh.read(8), "little")
+        try:
+            header = json.loads(fh.read(size))
+        except ValueError:
+            return None
+    if not isinstance(header, dict):
+        return f"a JSON {_json_kind(header)} where the object that lists its tensors should be"
+    bad = next((k for k, v in header.items() if not isinstance(v, dict)), None)
+    return None if bad is None else f"its entry {bad!r} is a JSON {_json_kind(header[bad])}, not an object"
 
 
 def check_safetensors(f: Path) -> None:

@@ -83,12 +83,15 @@ class HFTokenizer:
 
 
 def load_tokenizer(path: Path, options: LoadOptions) -> HFTokenizer:
+    from huggingface_hub.errors import StrictDataclassError
     from transformers import AutoTokenizer
 
     if not any((path / f).exists() for f in _TOKENIZER_FILES):
         raise ModelLoadError(f"{path} has no tokenizer (none of {', '.join(_TOKENIZER_FILES)})")
     try:
         hf = AutoTokenizer.from_pretrained(str(path), trust_remote_code=options.trust_remote_code)
+    except StrictDataclassError as e:  # transformers read config.json (for the tokenizer's class) and refused it
+        raise ModelLoadError(f"{path / 'config.json'}: {' '.join(str(e.__cause__ or e).split())}") from e
     except Exception as e:
         raise ModelLoadError(f"cannot load the tokenizer in {path}: {e}") from e
     return HFTokenizer(hf, generation_eos_ids(path))
