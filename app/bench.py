@@ -18,6 +18,7 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
+from app.cli import thread_count
 from app.core.events import Finished, Request
 from app.core.generation import Prefix, generate
 from app.core.metrics import Metrics
@@ -123,6 +124,7 @@ def bench(model: Any, plain: Any, backend: str, prompt_tokens: int, tokens: int,
     ids = make_prompt(model.tokenizer, prompt_tokens)
     compiled = getattr(getattr(model, "fast", None), "static_len", None) is not None
     out: dict[str, Any] = {"model": model.info.name, "backend": backend, "device": model.info.device,
+                           "threads": model.info.threads,
                            "compiled": compiled,
                            "dtype": model.info.dtype, "parameters": model.info.parameters,
                            "prompt_tokens": prompt_tokens, "tokens": tokens, "repeat": repeat,
@@ -162,7 +164,9 @@ def roofline(model: Any, backend: str, context: int) -> dict[str, float]:
 
 def print_table(r: dict) -> None:
     mode = " (static cache + torch.compile)" if r["compiled"] else ""
-    print(f"{r['model']} ({r['parameters'] / 1e6:.1f}M params) on {r['backend']}{mode} / {r['device']} / {r['dtype']}, "
+    threads = f" ({r['threads']} threads)" if r.get("threads") else ""
+    print(f"{r['model']} ({r['parameters'] / 1e6:.1f}M params) on {r['backend']}{mode} / {r['device']}{threads} / "
+          f"{r['dtype']}, "
           f"prompt {r['prompt_tokens']} tokens, {r['tokens']} generated, median of {r['repeat']}; "
           f"baseline (3) = {r['baseline']}")
     print(f"{'setting':9} {'mode':14} {'prefill tok/s':>13} {'decode tok/s':>12} {'TTFT ms':>8} {'decode ÷ (3)':>12}")
@@ -199,6 +203,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--compile", action="store_true", help="torch: static KV cache + torch.compile'd decode step")
+    p.add_argument("--threads", type=thread_count, metavar="N", help="torch: CPU threads (default: 1 for a model "
+                   "under 50M parameters, else torch's default)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     backend = get_backend(args.backend)
@@ -207,7 +213,8 @@ def main(argv: list[str]) -> int:
         path = random_model(args.random, path, args.dtype or "float32")
     compile_len = args.prompt_tokens + args.tokens + 16 if args.compile else None
     try:
-        model = backend.load(path, LoadOptions(device=args.device, dtype=args.dtype, compile_len=compile_len))
+        model = backend.load(path, LoadOptions(device=args.device, dtype=args.dtype, compile_len=compile_len,
+                                                  threads=args.threads))
         plain = plain_model(backend.name, path, model)
         result = bench(model, plain, backend.name, args.prompt_tokens, args.tokens, args.repeat)
     finally:

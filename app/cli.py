@@ -30,6 +30,19 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compile", action="store_true", help=f"torch, Llama-family: a static KV cache of {COMPILE_LEN:,} "
                    "positions and a torch.compile'd decode step (~2x decode on a CPU; the first run compiles, "
                    "which takes tens of seconds; longer runs go on uncompiled)")
+    p.add_argument("--threads", type=thread_count, metavar="N", help="torch: CPU threads (default: 1 for a model "
+                   "under 50M parameters, else torch's default; OMP_NUM_THREADS also sets it)")
+
+
+def thread_count(text: str) -> int:
+    from backends.threads import ThreadsError, check_threads
+
+    try:
+        return check_threads(int(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    except ThreadsError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def add_sampler_args(p: argparse.ArgumentParser) -> None:
@@ -55,7 +68,7 @@ def spec_from(args: argparse.Namespace):  # noqa: ANN201 - ModelSpec, imported l
 
     opts = LoadOptions(device=args.device, dtype=args.dtype, quantize_bits=args.quantize,
                        trust_remote_code=args.trust_remote_code, allow_pickle=args.allow_pickle,
-                       compile_len=COMPILE_LEN if args.compile else None)
+                       compile_len=COMPILE_LEN if args.compile else None, threads=args.threads)
     return ModelSpec(source=args.model, backend=args.backend, options=opts)
 
 

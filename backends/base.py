@@ -42,6 +42,7 @@ class LoadOptions:
     allow_pickle: bool = False
     fast: bool = True  # torch: the lean Llama forward where it applies (False: always transformers' forward)
     compile_len: int | None = None  # torch: opt-in static KV cache of this length + torch.compile'd decode step
+    threads: int | None = None  # torch: CPU threads; None: one for a small model, else torch's default
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class ModelInfo:
     weight_bytes: int
     kv_bytes_per_token: int
     unquantized_bytes: int | None = None  # weights before quantize-on-load, to show what it saved
+    threads: int | None = None  # torch: the CPU threads its ops run on
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QPushButton,
     QSizePolicy,
+    QSpinBox,
     QToolButton,
     QWidget,
 )
@@ -24,6 +25,7 @@ from PySide6.QtWidgets import (
 from app.core.models import BUILTIN_LABEL, BUILTIN_NAME, ModelSpec, model_label
 from backends import INSTALL_HINT, installed
 from backends.base import LoadOptions
+from backends.threads import MAX_THREADS
 
 
 class ModelBar(QWidget):
@@ -52,6 +54,9 @@ class ModelBar(QWidget):
         self.dtype = QComboBox(toolTip="Weights precision; auto picks per device (bf16 on CUDA, fp32 on CPU)")
         for d in ("auto", "bfloat16", "float16", "float32"):
             self.dtype.addItem(d, None if d == "auto" else d)
+        self.threads = QSpinBox(minimum=0, maximum=MAX_THREADS, specialValueText="threads: auto", prefix="threads: ",
+                                toolTip="torch: CPU threads; auto: 1 for a model under 50M parameters (faster, "
+                                "and much faster on a busy machine), else torch's default")
         self.quantize = QComboBox(toolTip="MLX: quantize the weights as they load (group size 64): less memory, "
                                   "slightly different distributions")
         for label, bits in (("full precision", None), ("4-bit", 4), ("8-bit", 8)):
@@ -71,8 +76,8 @@ class ModelBar(QWidget):
         row = QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
         for w, stretch in ((QLabel("Backend"), 0), (self.backend, 0), (QLabel("Model"), 0), (self.model, 2),
-                           (browse, 0), (self.device, 0), (self.dtype, 0), (self.quantize, 0), (self.offline, 0),
-                           (self.load_button, 0),
+                           (browse, 0), (self.device, 0), (self.dtype, 0), (self.threads, 0), (self.quantize, 0),
+                           (self.offline, 0), (self.load_button, 0),
                            (self.progress, 0), (self.status, 1)):
             row.addWidget(w, stretch)
 
@@ -86,7 +91,7 @@ class ModelBar(QWidget):
         source = self.source()
         allowed = self.opt_ins.get(source, [])
         opts = LoadOptions(device=self.device.currentData(), dtype=self.dtype.currentData(),
-                           quantize_bits=self.quantize.currentData(),
+                           quantize_bits=self.quantize.currentData(), threads=self.threads.value() or None,
                            trust_remote_code="trust_remote_code" in allowed, allow_pickle="allow_pickle" in allowed)
         return ModelSpec(source=source, backend=self.backend.currentData(), options=opts,
                          offline=self.offline.isChecked())
