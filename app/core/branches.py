@@ -10,11 +10,13 @@ not, or after the first step whose token differs. `branch_request` makes the req
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from app.core.events import Request
+from app.core.events import FinishReason, Request
+from app.core.models import ModelSpec
 from app.core.sampling import NUMPY, RECORD_K, History, apply_penalties
 from app.core.settings import SamplerSettings, StageOrder
 from app.core.trace import RunTrace, Sample, StepTrace
@@ -102,23 +104,47 @@ def _restep(st: StepTrace, sample: Sample) -> StepTrace:
     return StepTrace(st.step, sample, st.text, top, 0.0)
 
 
-def branch_request(trace: RunTrace, step: int, settings: SamplerSettings, *, kind: str,
-                   force: int | None = None, base: Request | None = None, top_n: int = 20) -> Request:
+def branch_request(trace: RunTrace, step: int, settings: SamplerSettings, *, kind: str, force: int | None = None,
+                   spec: ModelSpec | None = None, top_n: int = 20) -> Request:
     """The request that continues `trace` from `step`: its first `step` steps inherited, `force` taken there.
-    `base` (the run's own request) gives the model; the seed is `settings.seed` (the caller decides)."""
-    spec = base.model if base is not None else Request().model
-    return Request(model=spec, prompt_ids=tuple(trace.prompt_ids), settings=settings, top_n=top_n,
+    The seed is `settings.seed` (the caller decides: the parent's, to go on with its uniforms, or a new one)."""
+    return Request(model=spec or ModelSpec(), prompt_ids=tuple(trace.prompt_ids), settings=settings, top_n=top_n,
                    inherited=tuple(trace.steps[:step]), force=force, parent=(trace.run_id, step), branch=kind)
 
 
-def replay_request(trace: RunTrace, settings: SamplerSettings, r: Replay, *, base: Request | None = None,
+def replay_request(trace: RunTrace, settings: SamplerSettings, r: Replay, *, spec: ModelSpec | None = None,
                    top_n: int = 20) -> Request:
     """The model's part of a replay: the re-drawn steps inherited, the diverging token forced (the model
     records that step again, with the same uniform, and detokenizes it)."""
     steps = r.steps(trace)
-    settings = settings.with_(seed=trace.seed)
-    at = len(steps)
     force = r.samples[r.diverged].token if r.diverged is not None else None
-    spec = base.model if base is not None else Request().model
-    return Request(model=spec, prompt_ids=tuple(trace.prompt_ids), settings=settings, top_n=top_n,
-                   inherited=tuple(steps), force=force, parent=(trace.run_id, at), branch="replay")
+    return Request(model=spec or ModelSpec(), prompt_ids=tuple(trace.prompt_ids), settings=settings.with_(
+        seed=trace.seed), top_n=top_n, inherited=tuple(steps), force=force, parent=(trace.run_id, len(steps)),
+        branch="replay")
+
+
+def replay_finished(trace: RunTrace, r: Replay, settings: SamplerSettings) -> FinishReason | None:
+    """How a replay ends when the record decided it to the end with the run's own tokens (no model needed):
+    the same end of text or stop string, or max tokens reached; None when the model must go on."""
+    if r.diverged is not None or r.exact < len(trace.steps):
+        return None
+    if trace.finish_reason in ("eos", "stop"):
+        return trace.finish_reason
+    return "length" if settings.max_tokens <= len(trace.steps) else None
+
+
+def uncertain_steps(entropies: Sequence[float], share: float = 0.05, above: float | None = None) -> list[int]:
+    """The steps where the model was least sure: entropy above `above` (nats), or else the top `share` of the
+    steps by entropy (at least one when any step had a choice). Steps without an entropy (NaN) never count."""
+    h = np.asarray(entropies, dtype=np.float64)
+    ok = np.isfinite(h) & (h > 0)
+    if above is not None:
+        return np.flatnonzero(ok & (h > above)).tolist()
+    n = min(int(ok.sum()), max(1, math.ceil(share * len(h))))
+    order = np.argsort(-np.where(ok, h, -np.inf), kind="stable")[:n]
+    return sorted(order.tolist())
+
+
+def runner_up(sample: Sample) -> int | None:
+    """The most probable token (by the model's raw distribution) other than the one drawn."""
+    return next((int(t) for t in sample.top_ids if int(t) != sample.token), None)

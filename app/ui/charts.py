@@ -15,9 +15,10 @@ from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QPalette
 from PySide6.QtWidgets import QWidget
 
+from app.core.branches import uncertain_steps
 from app.core.events import Step
 from app.core.trace import Sample, StepTrace
-from app.ui.token_view import visible
+from app.ui.token_view import DIVERGED, visible
 
 if TYPE_CHECKING:
     from app.ui.playground import Playground
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 RAW = QColor(100, 149, 237)  # cornflower: what the model proposed
 FINAL = QColor(255, 140, 0)  # orange: what the sampler drew from
 DRAWN = QColor(220, 20, 60)  # crimson outline: the drawn token
+UNCERTAIN = QColor(148, 103, 189, 200)  # purple: a step among the most uncertain
 CUT = QColor(150, 150, 150, 110)
 MAX_LABEL = 7
 CHAR_PX = 7  # about one character of the tick font: labels are cut to what fits under a bar
@@ -257,9 +259,11 @@ class StepChart(ThemedPlot):
 
 
 class TimelineChart(ThemedPlot):
-    """Chosen-token probability (left axis) and entropy (right axis) per step; click to select a step."""
+    """Chosen-token probability (left axis) and entropy (right axis) per step; click to select a step. The
+    most uncertain steps (`uncertain_steps`) carry a mark: clicking one asks to fork there with the runner-up."""
 
     step_clicked = Signal(int)
+    uncertain_clicked = Signal(int)  # step
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -284,6 +288,16 @@ class TimelineChart(ThemedPlot):
             item.setDownsampling(auto=True, method="peak")
         self.cursor = pg.InfiniteLine(angle=90, pen=pg.mkPen(DRAWN, width=1))
         self.addItem(self.cursor)
+        self.uncertain_above: float | None = None  # entropy (nats) that marks a step; None: the top 5 %
+        self.marks = pg.ScatterPlotItem(symbol="t1", size=11, pen=None, brush=pg.mkBrush(UNCERTAIN), hoverable=True,
+                                        tip=lambda x, y, data: f"step {x:.0f}: entropy {y:.2f} nats — click to "
+                                        "continue with the runner-up token here")
+        self.marks.sigClicked.connect(lambda _item, points, _ev: self.uncertain_clicked.emit(
+            round(points[0].pos().x())))
+        self.vb2.addItem(self.marks)
+        self.diverged_line = pg.InfiniteLine(angle=90, pen=pg.mkPen(DIVERGED, width=1, style=Qt.PenStyle.DashLine),
+                                             label="differs", labelOpts={"position": 0.92, "color": DIVERGED})
+        self.addItem(self.diverged_line)
         self.scene().sigMouseClicked.connect(self._clicked)
         self.clear_run()
 
@@ -297,7 +311,17 @@ class TimelineChart(ThemedPlot):
         self.prob.setData([], [])
         self.entropy.setData([], [])
         self.cursor.setValue(0)
+        self.marks.setData([], [])
+        self.diverged_line.setVisible(False)
         self.getPlotItem().setXRange(0, 10, padding=0.02)  # steps, not a unitless axis around 0
+
+    def mark_divergence(self, step: int) -> None:
+        self.diverged_line.setValue(step)
+        self.diverged_line.setVisible(True)
+
+    def set_uncertain_above(self, nats: float | None) -> None:
+        self.uncertain_above = nats
+        self.redraw()
 
     def append(self, probs: list[float], entropies: list[float]) -> None:
         k = len(probs)
@@ -318,6 +342,8 @@ class TimelineChart(ThemedPlot):
         self.prob.setData(x, finite(self._p[: self.n]))
         h = finite(self._h[: self.n])
         self.entropy.setData(x, h)
+        marked = uncertain_steps(self._h[: self.n], above=self.uncertain_above)
+        self.marks.setData(marked, h[marked] if marked else [])
         self.vb2.setYRange(0, max(1.0, float(h.max()) * 1.05 if self.n else 1.0), padding=0)
         self.getPlotItem().setXRange(0, max(self.n - 1, 10), padding=0.02)
 
@@ -331,6 +357,7 @@ class TimelineChart(ThemedPlot):
         playground.steps_appended.connect(self.append_steps)
         playground.step_shown.connect(self._show)
         playground.preview_changed.connect(lambda _s, trace: self.set_cursor(trace.step))
+        playground.diverged.connect(self.mark_divergence)
         self.step_clicked.connect(playground.select_step)
 
     def append_steps(self, steps: list[Step]) -> None:

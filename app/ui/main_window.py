@@ -9,6 +9,7 @@ import contextlib
 from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QResizeEvent
 from PySide6.QtWidgets import (
+    QDoubleSpinBox,
     QHBoxLayout,
     QLabel,
     QMainWindow,
@@ -20,10 +21,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core.branches import runner_up
 from app.core.events import Request
 from app.core.model_thread import ModelThread
 from app.core.models import ModelSpec
 from app.core.settings import SettingsError
+from app.ui.branch_tree import BranchTree
 from app.ui.charts import TimelineChart
 from app.ui.model_bar import ModelBar
 from app.ui.panels import MetricsStrip, ModelCard
@@ -31,6 +34,7 @@ from app.ui.playground import Playground
 from app.ui.preferences import Preferences
 from app.ui.prompt_editor import PromptEditor
 from app.ui.sampler_panel import SamplerPanel
+from app.ui.sessions import Sessions, state_dir
 from app.ui.step_panel import StepPanel
 from app.ui.token_view import TokenView
 
@@ -96,7 +100,10 @@ class MainWindow(QMainWindow):
         self.reply_button = QPushButton("Add the reply to the chat", visible=False,
                                         toolTip="Append the generated text as an assistant message, then a new "
                                         "user message")
+        self.branches = BranchTree()
         self._build_actions()
+        self._build_branching()
+        self._build_sessions()
         self._build_layout()
         self._wire()
         self._restore(spec)
@@ -136,6 +143,38 @@ class MainWindow(QMainWindow):
         self.generate_button.setToolTip("Generate (Ctrl+Enter)")
         self.stop_button.setToolTip("Stop (Esc)")
 
+    def _build_sessions(self) -> None:
+        """File → New / Open / Open Recent / Save / Save As, the title's file name and modified mark, autosave."""
+        self.sessions = Sessions(self, state_dir(self.store))
+        self.sessions.add_to(self.file_menu)
+
+    def _build_branching(self) -> None:
+        """Run → Replay; View → Branches; the uncertain-steps threshold beside the timeline."""
+        self.replay_action = QAction("Re&play under these settings", self, shortcut=QKeySequence("Ctrl+Shift+R"),
+                                     enabled=False, toolTip="Re-run the shown run with its seed under the panel's "
+                                     "settings: where it first draws a different token is marked")
+        self.replay_action.triggered.connect(self.replay)
+        self.run_menu.insertAction(self.run_menu.actions()[2], self.replay_action)
+        show = QAction("&Branches", self, toolTip="Show the branch tree (and the model card)")
+        show.triggered.connect(self._show_side)
+        self.view_menu.addAction(show)
+        self.uncertain = QDoubleSpinBox(minimum=0.0, maximum=20.0, singleStep=0.1, decimals=2, suffix=" nats",
+                                        specialValueText="top 5 %", toolTip="Mark the steps whose entropy is "
+                                        "above this (top 5 %: the most uncertain 5 % of the run); click a mark "
+                                        "to continue with the runner-up token there")
+        self.uncertain.valueChanged.connect(lambda v: self.timeline.set_uncertain_above(v or None))
+
+    def _layout_side(self) -> QWidget:
+        """The right column: the branch tree over the model card."""
+        side = QWidget()
+        box = QVBoxLayout(side)
+        box.setContentsMargins(0, 0, 0, 0)
+        box.addWidget(QLabel("<b>Branches</b>"))
+        box.addWidget(self.branches, 1)
+        box.addWidget(QLabel("<b>Model</b>"))
+        box.addWidget(self.model_card)
+        return side
+
     def _build_layout(self) -> None:
         sampler_scroll = QScrollArea(widgetResizable=True)
         sampler_scroll.setWidget(self.sampler)
@@ -155,17 +194,15 @@ class MainWindow(QMainWindow):
         timeline_box = QWidget()
         tb = QVBoxLayout(timeline_box)
         tb.setContentsMargins(0, 0, 0, 0)
-        tb.addWidget(QLabel("<b>Run timeline</b> — click to select a step"))
+        head = QHBoxLayout()
+        head.addWidget(QLabel("<b>Run timeline</b> — click to select a step"), 1)
+        head.addWidget(QLabel("▲ uncertain:"))
+        head.addWidget(self.uncertain)
+        tb.addLayout(head)
         tb.addWidget(self.timeline, 1)
         self.center = self._splitter(Qt.Orientation.Vertical, "center", self.output, self.step_panel, timeline_box)
         self.center.setSizes([300, 340, 180])
-        info = QWidget()
-        ib = QVBoxLayout(info)
-        ib.setContentsMargins(0, 0, 0, 0)
-        ib.addWidget(QLabel("<b>Model</b>"))
-        ib.addWidget(self.model_card)
-        ib.addStretch(1)
-        self.main = self._splitter(Qt.Orientation.Horizontal, "main", self.left, self.center, info)
+        self.main = self._splitter(Qt.Orientation.Horizontal, "main", self.left, self.center, self._layout_side())
         self.main.setSizes([360, 760, 240])
         self.main.setCollapsible(2, True)  # the model card gives way first in a small window (drag it back)
         self._card_width: int | None = None  # its width before a narrow window folded it away
@@ -195,8 +232,13 @@ class MainWindow(QMainWindow):
         self.stop_button.clicked.connect(pg.stop)
         self.open_action.triggered.connect(self.model_bar.browse)
         self.model_bar.load_requested.connect(self.load)
-        for view in (self.output, self.step_panel, self.timeline, self.metrics, self.model_card):
+        for view in (self.output, self.step_panel, self.timeline, self.metrics, self.model_card, self.branches):
             view.bind(pg)  # each view follows the view-model itself; the window only composes
+        for view in (self.output, self.step_panel):
+            view.fork_requested.connect(self.fork)
+            view.regenerate_requested.connect(lambda step: self.fork(step, None))
+        self.timeline.uncertain_clicked.connect(self.fork_uncertain)
+        pg.session_changed.connect(self._can_replay)
         pg.busy_changed.connect(self._busy)
         pg.loading.connect(self.model_bar.show_progress)
         pg.loaded.connect(self._loaded)
@@ -250,6 +292,39 @@ class MainWindow(QMainWindow):
         self.banner.hide()
         self.playground.generate(request)
 
+    def fork(self, step: int, token: int | None) -> None:
+        """Continue the shown run from `step` with `token` (None: regenerate from there) under the panel's
+        settings; the branch appears in the tree and is shown."""
+        try:
+            settings = self.sampler.settings()
+        except SettingsError as e:
+            self.banner.show_message(str(e))
+            return
+        if not self.playground.fork(step, token, settings, self.model_bar.spec()):
+            self.banner.show_message("A branch starts from a finished run: wait for this one, or stop it (Esc).")
+
+    def fork_uncertain(self, step: int) -> None:
+        steps = self.playground.steps
+        if 0 <= step < len(steps) and (token := runner_up(steps[step].sample)) is not None:
+            self.fork(step, token)
+
+    def replay(self) -> None:
+        try:
+            settings = self.sampler.settings()
+        except SettingsError as e:
+            self.banner.show_message(str(e))
+            return
+        self.playground.replay(settings, self.model_bar.spec())
+
+    def _can_replay(self) -> None:
+        pg = self.playground
+        self.replay_action.setEnabled(pg.trace is not None and (not pg.busy or pg.loading_only))
+
+    def _show_side(self) -> None:
+        sizes = self.main.sizes()
+        if sizes[2] < 200:
+            self.main.setSizes([sizes[0], max(200, sizes[1] - 260 + sizes[2]), 260])
+
     def _busy(self, busy: bool) -> None:
         can_run = not busy or self.playground.loading_only
         self.generate_action.setEnabled(can_run)
@@ -257,6 +332,7 @@ class MainWindow(QMainWindow):
         self.stop_action.setEnabled(busy)
         self.stop_button.setEnabled(busy)
         self.model_bar.load_button.setEnabled(not busy)
+        self._can_replay()
 
     def _loaded(self, info: object) -> None:
         self.model_bar.show_status(f"{info.name} · {info.backend} · {info.device}")
@@ -340,6 +416,10 @@ class MainWindow(QMainWindow):
             self._card_width = None
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
+        if not self.sessions.may_close():  # unsaved changes, and the user chose Cancel
+            event.ignore()
+            return
         self.save_state()
         self.playground.close()
+        self.sessions.closed()
         super().closeEvent(event)

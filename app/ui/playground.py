@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import gc
 import queue
+import secrets
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 
+from app.core.branches import branch_request, replay, replay_finished, replay_request
 from app.core.events import Failed, Finished, Loaded, Loading, Message, Prefilled, Request, Scored, Step
 from app.core.metrics import Metrics, decode_rate
 from app.core.model_thread import ModelThread
 from app.core.models import ModelSpec
 from app.core.sampling import Sample
 from app.core.session import Run, Session
-from app.core.settings import SamplerSettings
+from app.core.settings import MAX_SEED, SamplerSettings
 from app.core.trace import RunTrace, StepTrace
 
 FRAME_MS = 16
@@ -45,6 +47,9 @@ class Playground(QObject):
     failed = Signal(str)
     opt_in_needed = Signal(str, str)  # message, the LoadOptions flag that would allow it
     busy_changed = Signal(bool)
+    session_replaced = Signal()  # another whole session was opened (or a new, empty one begun)
+    session_changed = Signal()  # a run was added, finished, renamed or deleted: the branch tree redraws
+    diverged = Signal(int)  # the first step where the shown branch's token differs from its parent's
 
     def __init__(self, parent: QObject | None = None, worker: ModelThread | None = None) -> None:
         super().__init__(parent)
@@ -55,6 +60,8 @@ class Playground(QObject):
         self.shown: Run | None = None  # the run the views show (the latest started)
         self.selected: int | None = None  # None: follow the latest step
         self._request: Request | None = None
+        self._diverged_in: Run | None = None  # the run shown whose divergence from its parent was found
+        self.run_started.connect(lambda _request: setattr(self, "_diverged_in", None))  # the views start afresh
         self._load_only = False
         self._busy = False
         self._prefill_s = 0.0
@@ -109,6 +116,7 @@ class Playground(QObject):
         self.busy_changed.emit(True)  # also when a load was already running: now a run is
         self.worker.submit(request)
         self.run_started.emit(request)
+        self.session_changed.emit()
         return True
 
     def make_request(self, spec: ModelSpec, prompt: str, messages: tuple[Message, ...] | None = None,
@@ -136,6 +144,129 @@ class Playground(QObject):
         self._follow.stop()
         self.finished.emit(run.finished)
         self.show_step()
+
+    def open_session(self, session: Session, shown: int | None = None) -> bool:
+        """Replace the session by `session` (finished runs, as `session_file.to_session` makes them) and show run
+        `shown` (None: none). Refused (False) while a run is in progress; a model load may go on."""
+        if self._busy and not self._load_only:
+            return False
+        self.session, self.shown, self.selected = session, None, None
+        self._follow.stop()
+        self.session_replaced.emit()
+        run = session.get(shown) if shown is not None else None
+        if run is not None and run.finished is not None:
+            self._show_finished(run)
+        return True
+
+    def _show_finished(self, run: Run) -> None:
+        """Draw a finished run as its events would have: started, prefilled, every step, finished."""
+        self.shown, self.selected = run, None
+        self.run_started.emit(run.request)
+        if run.prefilled is not None:
+            self.prefilled.emit(run.prefilled)
+        kv = run.finished.metrics.kv_cache_bytes
+        self._emit_steps([Step(run.request.id, st.step, st.token_id, st.text, st, kv, run.id) for st in run.steps])
+        self._follow.stop()
+        self.finished.emit(run.finished)
+        self.show_step()
+
+    # branches -----------------------------------------------------------------------------------------------
+    def show_run(self, run_id: int) -> None:
+        """Show another run of the session: the views redraw it from its steps; a running one goes on streaming."""
+        run = self.session.get(run_id)
+        if run is None or run is self.shown:
+            return
+        if run.finished is not None:
+            self._show_finished(run)
+            return
+        self.shown, self.selected = run, None
+        self.run_started.emit(run.request)
+        if run.prefilled is not None:
+            self.prefilled.emit(run.prefilled)
+        self._emit_steps([Step(run.request.id, st.step, st.token_id, st.text, st, 0, run.id) for st in run.steps])
+
+    def fork(self, step: int, token: int | None, settings: SamplerSettings, spec: ModelSpec) -> bool:
+        """Branch the shown run at `step` under `settings`: with `token` taken there and the parent's seed (its
+        uniforms go on: only the token differs), or, `token` None, re-drawn from there with a new seed.
+        Refused (False) while a run is in progress, or for a run without a trace."""
+        trace = self.trace
+        if trace is None or not 0 <= step < len(trace.steps):
+            return False
+        seed = trace.seed if token is not None else secrets.randbelow(MAX_SEED + 1)
+        request = branch_request(trace, step, settings.with_(seed=seed), kind="regenerate" if token is None else
+                                 "fork", force=token, spec=spec, top_n=TOP_N)
+        return self.generate(request)
+
+    def replay(self, settings: SamplerSettings, spec: ModelSpec) -> bool:
+        """Re-run the shown run under `settings` with its seed: off the model while its record decides the draws,
+        with the model from the first step where it does not, or after the first token that differs."""
+        trace = self.trace
+        if trace is None or (self._busy and not self._load_only):
+            return False
+        r = replay(trace, settings)
+        request = replay_request(trace, settings, r, spec=spec, top_n=TOP_N)
+        reason = replay_finished(trace, r, settings)
+        if reason is None:
+            return self.generate(request)
+        self._finish_here(request, trace, reason)
+        return True
+
+    def _finish_here(self, request: Request, parent: RunTrace, reason: str) -> None:
+        """A run made without the model (a replay the record decided to its end): finished as it starts."""
+        run = self.session.start(request)[0]
+        steps = list(request.inherited)
+        trace = RunTrace(prompt_ids=list(parent.prompt_ids), settings=request.settings, seed=parent.seed, steps=steps,
+                         run_id=run.id, parent=request.parent, model=parent.model, finish_reason=reason,
+                         prompt_text=parent.prompt_text, branch=request.branch)
+        trace.metrics = Metrics(prompt_tokens=len(parent.prompt_ids), generated_tokens=len(steps))
+        run.prefilled = Prefilled(request.id, tuple(parent.prompt_ids), parent.prompt_text, parent.seed, 0.0)
+        run.steps, run.finished = steps, Finished(request.id, reason, trace.metrics, trace, run.id)
+        self.session_changed.emit()
+        self._show_finished(run)
+
+    @property
+    def branch_step(self) -> int | None:
+        """The step where the shown run left its parent (its steps before are the parent's); None for a root."""
+        run = self.shown
+        return run.parent[1] if run is not None and run.parent is not None else None
+
+    def _find_divergence(self, steps: list[Step]) -> None:
+        """Emit `diverged` once, at the first of the shown branch's steps whose token differs from its parent's."""
+        run, k = self.shown, self.branch_step
+        if k is None or self._diverged_in is run:
+            return
+        parent = self.session.get(run.parent[0])
+        theirs = parent.steps if parent is not None else []
+        for s in steps:
+            if s.step >= k and (s.step >= len(theirs) or theirs[s.step].token_id != s.token_id):
+                self._diverged_in = run
+                self.diverged.emit(s.step)
+                return
+
+    def rename(self, run_id: int, name: str) -> None:
+        run = self.session.get(run_id)
+        if run is not None and run.name != name.strip():
+            run.name = name.strip()
+            self.session_changed.emit()
+
+    def delete(self, run_id: int) -> bool:
+        """Delete a run and the branches that grew from it; refused (False) while one of them runs."""
+        doomed = self.session.subtree(run_id)
+        if not doomed or any(r.running for r in doomed):
+            return False
+        for r in doomed:
+            del self.session.runs[r.id]
+        if self.shown in doomed:
+            self.shown, self.selected = None, None
+            parent = doomed[0].parent
+            rest = self.session.get(parent[0]) if parent is not None else None
+            rest = rest or next(reversed(self.session.runs.values()), None)
+            if rest is not None and rest.finished is not None:
+                self._show_finished(rest)
+            else:
+                self.run_started.emit(Request())  # nothing to show: the views clear
+        self.session_changed.emit()
+        return True
 
     def score(self, request: Request) -> None:
         """The prompt's own log-probabilities, queued behind whatever the model thread is doing."""
@@ -213,6 +344,7 @@ class Playground(QObject):
             # what exists into the permanent generation and keep the per-token cost flat.
             gc.freeze()
         self.steps_appended.emit(steps)
+        self._find_divergence(steps)
         if not self._follow.isActive():
             self._follow.start()
         self._kv_bytes = steps[-1].kv_bytes
@@ -246,6 +378,7 @@ class Playground(QObject):
             run = self.session.get(ev.run_id)
             if run is not None:
                 run.finished = ev
+                self.session_changed.emit()
             if self._current(ev.request_id) and all(not r.running for r in self.session.of_request(ev.request_id)):
                 self._set_busy(False)
             if run is not None and run is self.shown:

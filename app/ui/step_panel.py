@@ -7,9 +7,11 @@ It draws the step the view-model says is shown (`step_shown`) and previews under
 from __future__ import annotations
 
 import html
+import math
 from typing import TYPE_CHECKING
 
-from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QLabel, QMenu, QSizePolicy, QVBoxLayout, QWidget
 
 from app.core.sampling import Sample
 from app.core.trace import StepTrace
@@ -27,8 +29,12 @@ def _visible(text: str) -> str:
 
 
 class StepPanel(QWidget):
+    fork_requested = Signal(int, int)  # step, token: a bar was clicked, "Continue with ⟨token⟩ from here"
+    regenerate_requested = Signal(int)  # step
+
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.trace: StepTrace | None = None  # the step shown (a preview shows the same step's candidates)
         self.title = QLabel(IDLE)
         self.title.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # cut, not widened
         self.chart = StepChart()
@@ -36,6 +42,8 @@ class StepPanel(QWidget):
         box.setContentsMargins(0, 0, 0, 0)
         box.addWidget(self.title)
         box.addWidget(self.chart, 1)
+        self.chart.scene().sigMouseClicked.connect(self._clicked)
+        self.chart.setToolTip("Click a candidate's bars to continue the run with it from this step")
 
     def bind(self, pg: Playground) -> None:
         pg.run_started.connect(lambda _request: self.clear())
@@ -45,8 +53,31 @@ class StepPanel(QWidget):
     def clear(self) -> None:
         self.chart.clear_step("waiting for the first token…")
         self.title.setText(IDLE)
+        self.trace = None
+
+    def bar_menu(self, i: int) -> QMenu | None:
+        """The menu for candidate i of the step shown: continue with it from here, or regenerate from here."""
+        t = self.trace
+        if t is None or i >= min(t.top_n, len(t.top_texts)):
+            return None
+        menu = QMenu(self)
+        token = int(t.sample.top_ids[i])
+        label = f"Continue with “{visible(t.top_texts[i])}” from step {t.step}"
+        go = menu.addAction(label, lambda: self.fork_requested.emit(t.step, token))
+        go.setEnabled(token != t.token_id)
+        menu.addAction(f"Regenerate from step {t.step} (new seed)", lambda: self.regenerate_requested.emit(t.step))
+        return menu
+
+    def _clicked(self, ev: object) -> None:
+        if self.trace is None or ev.button() != Qt.MouseButton.LeftButton:
+            return
+        x = self.chart.getPlotItem().vb.mapSceneToView(ev.scenePos()).x()
+        i = round(x) if math.isfinite(x) else -1
+        if i >= 0 and (menu := self.bar_menu(i)) is not None:
+            menu.popup(ev.screenPos().toPoint())
 
     def show_step(self, _i: int, trace: StepTrace) -> None:
+        self.trace = trace
         s = trace.sample
         self.chart.show_sample(s, trace.top_texts)
         p = "?" if s.prob is None else f"{s.prob:.3f}"

@@ -18,8 +18,16 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QPoint, Qt, Signal
-from PySide6.QtGui import QColor, QLinearGradient, QMouseEvent, QPainter, QTextCharFormat, QTextCursor
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QTextEdit, QToolTip, QVBoxLayout, QWidget
+from PySide6.QtGui import (
+    QColor,
+    QContextMenuEvent,
+    QLinearGradient,
+    QMouseEvent,
+    QPainter,
+    QTextCharFormat,
+    QTextCursor,
+)
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QMenu, QSizePolicy, QTextEdit, QToolTip, QVBoxLayout, QWidget
 
 from app.core.events import Step
 from app.core.surprisal import PromptScore
@@ -28,6 +36,8 @@ if TYPE_CHECKING:
     from app.ui.playground import Playground
 
 SHADES = 20
+ALTERNATIVES = 5  # tokens offered by the output's branch menu
+DIVERGED = QColor(200, 60, 40)  # the mark of the first token a branch drew differently from its parent
 SURPRISE_DECADES = 4  # the surprisal scale runs from p = 1 (clear) to p <= 1e-4 (full colour), log-spaced
 # Yellow-orange-red (ColorBrewer YlOrRd), translucent so text stays readable; clear where the model expected it.
 SURPRISE_STOPS = ((0.0, (255, 237, 160, 0)), (0.33, (254, 178, 76, 110)), (0.66, (240, 59, 32, 150)),
@@ -131,6 +141,8 @@ class TokenSpans(QTextEdit):
 
 class TokenText(TokenSpans):
     step_clicked = Signal(int)
+    fork_requested = Signal(int, int)  # step, token: continue with this token from there
+    regenerate_requested = Signal(int)  # step: draw again from there, with a new seed
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -151,6 +163,31 @@ class TokenText(TokenSpans):
         self._step_of: list[int] = []  # the step index of each shown token
         self._traces: dict[int, object] = {}
         self._selected: int | None = None
+        self._branch: int | None = None  # the step where this run left its parent: the steps before are its
+
+    def set_branch(self, step: int | None) -> None:
+        """Steps before `step` were taken over from the parent: they are drawn muted (None: a root run)."""
+        self._branch = step
+
+    def _branch_format(self, fmt: QTextCharFormat, step: int, token: int) -> QTextCharFormat:
+        if step < self._branch:
+            fmt = QTextCharFormat(fmt)
+            fmt.setForeground(QColor(128, 128, 128))
+        return fmt
+
+    def mark_divergence(self, step: int) -> None:
+        """A wave underline under the first token that differs from the parent's (or, when that token shows no
+        text of its own, under the first one after it that does)."""
+        i = bisect.bisect_left(self._step_of, step)
+        if i >= len(self._step_of):
+            return
+        cur = QTextCursor(self.document())
+        cur.setPosition(self._starts[i])
+        cur.setPosition(self.span_end(i), QTextCursor.MoveMode.KeepAnchor)
+        fmt = QTextCharFormat()
+        fmt.setUnderlineStyle(QTextCharFormat.UnderlineStyle.WaveUnderline)
+        fmt.setUnderlineColor(DIVERGED)
+        cur.mergeCharFormat(fmt)
 
     def append_steps(self, steps: list[Step]) -> None:
         bar = self.verticalScrollBar()
@@ -165,7 +202,10 @@ class TokenText(TokenSpans):
                 continue
             self._step_of.append(s.step)
             p = s.trace.prob if s.trace is not None and s.trace.prob is not None else 1.0
-            self.insert_span(cursor, s.text, self._formats[round(p * (SHADES - 1))])
+            fmt = self._formats[round(p * (SHADES - 1))]
+            if self._branch is not None:
+                fmt = self._branch_format(fmt, s.step, s.token_id)
+            self.insert_span(cursor, s.text, fmt)
         cursor.endEditBlock()
         if at_bottom:
             bar.setValue(bar.maximum())
@@ -213,7 +253,32 @@ class TokenText(TokenSpans):
             cut = t.cut_by(i)
             rows.append(f"{mark}<code>{html.escape(visible(t.top_texts[i]))}</code> {rp:.3f}"
                         + (f" <span style='color:gray'>cut by {cut}</span>" if cut else ""))
+        rows.append("<i>Right-click to continue with another token from here</i>")
         return "<br>".join(rows)
+
+    def branch_menu(self, step: int, menu: QMenu) -> None:
+        """Add the branch actions for `step` to `menu`: its top alternatives, then "Regenerate from here"."""
+        t = self._traces.get(step)
+        if t is None:
+            return
+        for i, rp in enumerate(t.raw_top_probs(ALTERNATIVES + 1)):
+            token = int(t.sample.top_ids[i])
+            if token != t.token_id:
+                label = f"Continue with “{visible(t.top_texts[i])}” from here  ({rp:.3f})"
+                menu.addAction(label, lambda token=token: self.fork_requested.emit(step, token))
+        menu.addAction("Regenerate from here (new seed)", lambda: self.regenerate_requested.emit(step))
+
+    def contextMenuEvent(self, e: QContextMenuEvent) -> None:  # noqa: N802 - Qt override
+        menu = self.createStandardContextMenu(e.pos())
+        step = self.step_at(e.pos())
+        if step is not None and step in self._traces:
+            first = menu.actions()[0] if menu.actions() else None
+            branch = QMenu(self)
+            self.branch_menu(step, branch)
+            for a in branch.actions():
+                menu.insertAction(first, a)
+            menu.insertSeparator(first)
+        menu.exec(e.globalPos())
 
     def mousePressEvent(self, e: QMouseEvent) -> None:  # noqa: N802 - Qt override
         step = self.step_at(e.position().toPoint())
@@ -248,6 +313,9 @@ class Legend(QWidget):
 class TokenView(QWidget):
     """The token text with its legend above."""
 
+    fork_requested = Signal(int, int)  # step, token
+    regenerate_requested = Signal(int)  # step
+
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.text = TokenText()
@@ -266,7 +334,10 @@ class TokenView(QWidget):
         """The shown run's text as it streams, its end, the token of the step shown; a click selects a step.
         While the latest step streams by, no token is selected: it moves too fast to follow."""
         t = self.text
-        pg.run_started.connect(lambda _request: t.clear_run())
+        pg.run_started.connect(lambda _request: (t.clear_run(), t.set_branch(pg.branch_step)))
+        pg.diverged.connect(t.mark_divergence)
+        t.fork_requested.connect(self.fork_requested)
+        t.regenerate_requested.connect(self.regenerate_requested)
         pg.steps_appended.connect(t.append_steps)
         pg.finished.connect(lambda ev: t.mark_end(ev.reason))
         pg.step_shown.connect(lambda _i, trace: t.select(None if pg.following else trace.step))
