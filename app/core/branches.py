@@ -57,8 +57,7 @@ def decided_by_record(trace: RunTrace, i: int, settings: SamplerSettings) -> boo
     """Whether step i's recorded top-K raw logits decide its draw under `settings` exactly: every token the
     settings could keep is recorded. Conservative: the unrecorded tail's logits are only known to be at most
     the K-th recorded one, `tail`, and penalties (when they only lower logits) cannot lift them above it."""
-    s = trace.steps[i].sample
-    logits = np.asarray(s.top_logits, dtype=np.float32)  # (K,) descending
+    logits = np.asarray(trace.steps[i].sample.top_logits, dtype=np.float32)  # (K,) descending
     if len(logits) < RECORD_K:
         return True  # the whole vocabulary was recorded
     if settings.uses_penalties and (settings.repetition_penalty < 1 or settings.frequency_penalty < 0
@@ -71,7 +70,7 @@ def decided_by_record(trace: RunTrace, i: int, settings: SamplerSettings) -> boo
     if 0 < settings.top_k < RECORD_K:
         return float(np.sort(x)[::-1][settings.top_k - 1]) > tail
     if settings.top_p < 1:
-        return _top_p_decided(s, settings, logits)
+        return False  # top-p alone cuts on the whole vocabulary's mass, which a re-sample over the record renormalizes
     if settings.min_p > 0:
         t = settings.temperature if settings.order == StageOrder.TEMPERATURE_FIRST else 1.0
         return (tail - float(x.max())) / t < math.log(settings.min_p)
@@ -86,16 +85,6 @@ def _penalized(trace: RunTrace, i: int, settings: SamplerSettings, logits: np.nd
     local = lambda seq: [where[int(t)] for t in seq if int(t) in where]
     h = History.start(NUMPY, len(ids), local(trace.prompt_ids), local(trace.token_ids[:i]))
     return apply_penalties(NUMPY, logits, settings, h.context, h.generated)
-
-
-def _top_p_decided(s: Sample, settings: SamplerSettings, logits: np.ndarray) -> bool:
-    """Top-p without top-k decides within the record when it sees the raw distribution (temperature 1 or
-    after it, no penalties) and the recorded tokens' mass reaches p before the tail begins."""
-    raw_input = settings.temperature == 1 or settings.order != StageOrder.TEMPERATURE_FIRST
-    if settings.uses_penalties or not raw_input or not math.isfinite(s.raw_lse):
-        return False
-    mass = np.cumsum(np.exp(logits.astype(np.float64) - s.raw_lse))
-    return bool(mass[-2] >= settings.top_p)  # ties at the tail's logit could be unrecorded: stop one short
 
 
 def _restep(st: StepTrace, sample: Sample) -> StepTrace:

@@ -35,7 +35,7 @@ def make_run(steps: int = 6, settings: SamplerSettings = SETTINGS) -> RunTrace:
         run.steps.append(StepTrace(i, s, f"t{i} ", tuple(f"c{int(t)}" for t in s.top_ids[:20]), 0.01 * i))
     reported = Sample.partial(7, math.log(0.5), [7, 8, 9], [math.log(0.5), math.log(0.3), math.log(0.2)])
     run.steps.append(StepTrace(steps, reported, "é", ("é", "b", "c"), 0.5))
-    run.run_id, run.parent, run.finish_reason = 4, (2, 17), "length"
+    run.run_id, run.parent, run.finish_reason, run.branch = 4, (2, 17), "length", "fork"
     run.model = {"name": "tiny", "backend": "torch", "source": "/models/tiny"}
     run.prompt_text = "<|user|>π ≈ 3.14\n"
     run.metrics = Metrics(prompt_tokens=5, generated_tokens=steps + 1, ttft_s=0.1, decode_s=0.3, kv_cache_bytes=4096)
@@ -49,7 +49,7 @@ def test_a_trace_saves_and_loads_back_equal(tmp_path: Path):
     back = RunTrace.load(path)
     assert back == run
     for name in ("prompt_ids", "prompt_text", "settings", "seed", "run_id", "parent", "model", "finish_reason",
-                 "metrics"):
+                 "metrics", "branch"):
         assert getattr(back, name) == getattr(run, name), name
     for a, b in zip(run.steps, back.steps, strict=True):
         assert (a.step, a.text, a.top_texts, a.seconds) == (b.step, b.text, b.top_texts, b.seconds)
