@@ -72,6 +72,14 @@ def load(path: str | os.PathLike) -> SavedSession:
         return from_lines(f.readlines(), str(path))
 
 
+def load_header(path: str | os.PathLike) -> SavedSession:
+    """The session's header alone (prompt, messages, settings, model; no runs): quick, to describe a file."""
+    path = Path(path)
+    with path.open("rb") as f:
+        head = _line([f.readline()], 0, str(path))
+    return load(path) if head.get("format") == trace_file.FORMAT else _header(head, str(path))[0]
+
+
 def to_lines(doc: SavedSession) -> Iterator[dict[str, Any]]:
     yield {"format": FORMAT, "version": VERSION, "prompt": doc.prompt,
            "messages": [{"role": m.role, "content": m.content} for m in doc.messages], "chat": doc.chat,
@@ -89,12 +97,7 @@ def from_lines(lines: Sequence[str | bytes], name: str = "<session>") -> SavedSe
     head = _line(lines, 0, name)
     if head.get("format") == trace_file.FORMAT:
         return _lone_trace(lines, name)
-    try:
-        doc, count = _header(head)
-    except SessionFormatError as e:
-        raise SessionFormatError(f"{name}:1: {e}") from None
-    except (ValueError, TypeError, KeyError, IndexError) as e:
-        raise SessionFormatError(f"{name}:1: damaged session header ({type(e).__name__}: {e})") from None
+    doc, count = _header(head, name)
     runs, i = [], 1
     for _ in range(count):
         run, i = _run(lines, i, name)
@@ -124,7 +127,7 @@ def to_session(doc: SavedSession) -> tuple[Session, int | None]:
         if parent is not None:
             parent = (new_ids[parent[0]], parent[1]) if parent[0] in new_ids else None
         request = Request(model=spec, prompt_ids=tuple(saved.trace.prompt_ids), settings=saved.trace.settings,
-                          parent=parent)
+                          parent=parent, branch=saved.trace.branch)
         run = session.start(request)[0]
         _finish(run, replace(saved.trace, run_id=run.id, parent=parent), saved.name)
         new_ids[saved.id] = run.id
@@ -158,8 +161,17 @@ def _line(lines: Sequence[str | bytes], i: int, name: str) -> dict[str, Any]:
     return obj
 
 
-def _header(obj: dict[str, Any]) -> tuple[SavedSession, int]:
+def _header(obj: dict[str, Any], name: str) -> tuple[SavedSession, int]:
     """The session the header describes (no runs yet), and how many runs follow."""
+    try:
+        return _header_fields(obj)
+    except SessionFormatError as e:
+        raise SessionFormatError(f"{name}:1: {e}") from None
+    except (ValueError, TypeError, KeyError, IndexError) as e:
+        raise SessionFormatError(f"{name}:1: damaged session header ({type(e).__name__}: {e})") from None
+
+
+def _header_fields(obj: dict[str, Any]) -> tuple[SavedSession, int]:
     if obj.get("format") != FORMAT:
         raise SessionFormatError("not a Logit Lab session (no session header)")
     version = obj.get("version")

@@ -129,7 +129,8 @@ class Playground(QObject):
         """Show a saved run, with no model: it joins the session as a finished run and the views draw it."""
         if self._busy and not self._load_only:
             return
-        request = Request(prompt_ids=tuple(trace.prompt_ids), settings=trace.settings, parent=trace.parent)
+        request = Request(prompt_ids=tuple(trace.prompt_ids), settings=trace.settings, parent=trace.parent,
+                          branch=trace.branch)
         run = self.session.start(request)[0]
         metrics = trace.metrics or Metrics(prompt_tokens=len(trace.prompt_ids), generated_tokens=len(trace.steps))
         run.prefilled = Prefilled(request.id, tuple(trace.prompt_ids), trace.prompt_text, trace.seed,

@@ -321,7 +321,9 @@ class TokenView(QWidget):
         self.text = TokenText()
         legend = QHBoxLayout()
         legend.addWidget(QLabel("<b>Output</b>"))
-        legend.addStretch(1)
+        self.branch_note = QLabel(styleSheet="color: gray")
+        self.branch_note.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # cut, not widened
+        legend.addWidget(self.branch_note, 1)
         legend.addWidget(QLabel("p = 0"))
         legend.addWidget(Legend())
         legend.addWidget(QLabel("1"))
@@ -334,7 +336,7 @@ class TokenView(QWidget):
         """The shown run's text as it streams, its end, the token of the step shown; a click selects a step.
         While the latest step streams by, no token is selected: it moves too fast to follow."""
         t = self.text
-        pg.run_started.connect(lambda _request: (t.clear_run(), t.set_branch(pg.branch_step)))
+        pg.run_started.connect(lambda request: (t.clear_run(), t.set_branch(pg.branch_step), self._note(request)))
         pg.diverged.connect(t.mark_divergence)
         t.fork_requested.connect(self.fork_requested)
         t.regenerate_requested.connect(self.regenerate_requested)
@@ -343,6 +345,15 @@ class TokenView(QWidget):
         pg.step_shown.connect(lambda _i, trace: t.select(None if pg.following else trace.step))
         pg.preview_changed.connect(lambda _s, trace: t.select(trace.step))
         t.step_clicked.connect(pg.select_step)
+
+
+    def _note(self, request: object) -> None:
+        """Where the shown branch left its parent, and what the marks mean."""
+        k = request.parent[1] if request.parent is not None else None
+        kind = request.branch or "branch"
+        self.branch_note.setText("" if k is None else f"{kind} from step {k}: grey text is its parent's, a wavy "
+                                 "underline the first token that differs")
+        self.branch_note.setToolTip(self.branch_note.text())
 
 
 class SurprisalText(TokenSpans):
