@@ -42,6 +42,7 @@ SCHEMA: tuple[Pref, ...] = (
     Pref("backend", str, "auto"),
     Pref("offline", bool, False),
     Pref("recent_models", list[str], []),  # most recent first
+    Pref("recent_sessions", list[str], []),  # session files, most recent first
     Pref("opt_ins", dict[str, list[str]], {}),  # model source -> the LoadOptions flags the user allowed for it
 )
 PREFS = {p.name: p for p in SCHEMA}

@@ -29,6 +29,7 @@ EXAMPLES = {  # per preference, a value other than its default
     "backend": "torch",
     "offline": True,
     "recent_models": ["/models/a", "owner/b"],
+    "recent_sessions": ["/sessions/a.jsonl"],
     "opt_ins": {"/models/a": ["trust_remote_code", "allow_pickle"]},
 }
 
@@ -49,6 +50,7 @@ WRONG = [  # (preference, what another version or a hand edit left in the file)
     ("recent_models", "5"),
     ("recent_models", '["a", 3]'),
     ("recent_models", "{not json"),
+    ("recent_sessions", '["a.jsonl", 3]'),
     ("opt_ins", '{"some/model": 1}'),
     ("opt_ins", '{"some/model": "trust_remote_code"}'),
     ("opt_ins", '["trust_remote_code"]'),

@@ -1,0 +1,349 @@
+"""File → New / Open… / Open Recent / Save / Save As… for the window's session, its title, and autosave.
+
+`Sessions` reads what the widgets hold now (prompt, chat, sampler, model) and the view-model's runs into a
+`SavedSession` and puts one back (`app/core/session_file.py` writes and reads the file). The title names the file
+and marks it modified while that differs from what was last saved or opened; New, Open and closing then ask
+first. A few seconds after the last change the session is written to an autosave file (atomically, off the UI
+thread); a clean exit removes it, and a start that finds one (the app was killed) offers it back in the banner.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+import platformdirs
+from PySide6.QtCore import QObject, QTimer
+from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
+from PySide6.QtWidgets import QFileDialog, QMenu, QMessageBox
+
+from app.core import session_file
+from app.core.session_file import SavedSession, SessionFormatError
+from app.ui.preferences import Preferences, default_path
+from app.ui.step_panel import IDLE
+
+if TYPE_CHECKING:
+    from app.core.events import Message
+    from app.ui.main_window import MainWindow
+    from app.ui.prompt_editor import ChatEditor
+
+AUTOSAVE_MS = 2500  # after the last change
+MAX_RECENT = 10
+SUFFIX = ".jsonl"
+FILTER = f"Logit Lab sessions (*{SUFFIX});;All files (*)"
+AUTOSAVE, RECOVERED = "autosave.jsonl", "recovered.jsonl"
+Answer = Literal["save", "discard", "cancel"]
+
+
+def state_dir(prefs: Preferences) -> Path:
+    """Where the autosave lives: the user state folder, or beside a preferences file the window was given
+    instead of the default one (tests, a portable setup), so two such windows never share one."""
+    path = Path(prefs.store.fileName())
+    return platformdirs.user_state_path("logitlab", appauthor=False) if path == default_path() else path.parent
+
+
+class Sessions(QObject):
+    def __init__(self, window: MainWindow, folder: Path) -> None:
+        super().__init__(window)
+        self.w = window
+        self.path: Path | None = None  # the session's file (None: never saved)
+        self.autosave_path, self.recovered_path = folder / AUTOSAVE, folder / RECOVERED
+        self.ask: Callable[[], Answer] = self._ask  # what to do with unsaved changes (tests answer for the user)
+        self.recent: list[str] = window.store.get("recent_sessions")  # most recent first
+        self._saved: tuple | None = None  # the state last saved or opened; None until the window is restored
+        self._closed = False
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="autosave")  # one write at a time
+        self._pending: Future | None = None
+        self._timer = QTimer(self, singleShot=True, interval=AUTOSAVE_MS)
+        self._timer.timeout.connect(self.autosave)
+        self._make_actions()
+        self._wire()
+        QTimer.singleShot(0, self._started)  # once the window has restored its prompt and settings
+
+    # actions ------------------------------------------------------------------------------------------------
+    def _make_actions(self) -> None:
+        w = self.w
+        self.new_action = QAction("&New session", w, shortcut=QKeySequence.StandardKey.New)
+        self.open_action = QAction("Open &session…", w, shortcut=QKeySequence("Ctrl+Shift+O"),
+                                   toolTip="Open a session (or a run's trace) saved by Logit Lab")
+        self.save_action = QAction("&Save session", w, shortcut=QKeySequence.StandardKey.Save)
+        self.save_as_action = QAction("Save session &as…", w, shortcut=QKeySequence.StandardKey.SaveAs)
+        self.recent_menu = QMenu("Open &recent session", w)
+        self.recent_menu.aboutToShow.connect(self._fill_recent)
+        self.new_action.triggered.connect(self.new)
+        self.open_action.triggered.connect(self._choose_and_open)
+        self.save_action.triggered.connect(self.save)
+        self.save_as_action.triggered.connect(self._choose_and_save)
+
+    def add_to(self, menu: QMenu) -> None:
+        """New, Open, Open Recent, Save and Save As at the top of `menu`, then a separator."""
+        first = menu.actions()[0] if menu.actions() else None
+        menu.insertActions(first, [self.new_action, self.open_action])
+        menu.insertMenu(first, self.recent_menu)
+        menu.insertActions(first, [self.save_action, self.save_as_action])
+        menu.insertSeparator(first)
+
+    def _wire(self) -> None:
+        w, pg = self.w, self.w.playground
+        w.prompt.changed.connect(self.changed)
+        w.sampler.changed.connect(self.changed)
+        w.model_bar.model.currentTextChanged.connect(self.changed)
+        w.model_bar.backend.currentIndexChanged.connect(self.changed)
+        pg.busy_changed.connect(lambda busy: busy or self.changed())  # a run finished
+        pg.session_replaced.connect(self.changed)
+
+    def _started(self) -> None:
+        self._saved = self.state()
+        self._show_title()
+        self._offer_recovery()
+
+    # the session as the widgets hold it -----------------------------------------------------------------------
+    def snapshot(self, origin: str = "") -> SavedSession:
+        w = self.w
+        shown = w.playground.shown
+        return SavedSession(prompt=w.prompt.prompt(), messages=w.prompt.chat.messages(), chat=w.prompt.chat_mode,
+                            settings=w.sampler.settings(), model=w.model_bar.source(),
+                            backend=w.model_bar.backend.currentData(), runs=session_file.runs_of(w.playground.session),
+                            shown=shown.id if shown is not None and shown.trace is not None else None, origin=origin)
+
+    def state(self) -> tuple:
+        """What a save would keep, less the traces (a finished run's never change): compared to see changes."""
+        w = self.w
+        runs = tuple((r.id, r.name, r.parent) for r in w.playground.session.runs.values() if r.trace is not None)
+        return (w.prompt.prompt(), w.prompt.chat.messages(), w.prompt.chat_mode, w.sampler.settings(),
+                w.model_bar.source(), w.model_bar.backend.currentData(), runs)
+
+    @property
+    def modified(self) -> bool:
+        return self._saved is not None and self.state() != self._saved
+
+    def changed(self) -> None:
+        """Something in the session may have changed: redo the title's mark and autosave a little later. Whoever
+        changes the session other than through the widgets wired here (a rename, a deletion) calls this."""
+        if self._saved is None or self._closed:
+            return
+        self._show_title()
+        self._timer.start()
+
+    def _show_title(self) -> None:
+        self.w.setWindowTitle(f"{self.path.name if self.path else 'Untitled'}[*] — Logit Lab")
+        self.w.setWindowModified(self.modified)
+
+    def _apply(self, doc: SavedSession) -> bool:
+        """Put `doc` into the widgets and the view-model; refused (False, with a message) while a run is going."""
+        w = self.w
+        session, shown = session_file.to_session(doc)
+        if not w.playground.open_session(session, shown):
+            w.banner.show_message("A run is in progress: stop it (Esc) before opening another session.")
+            return False
+        w.prompt.set_prompt(doc.prompt)
+        _set_messages(w.prompt.chat, doc.messages)
+        w.prompt.tabs.setCurrentIndex(1 if doc.chat else 0)
+        w.sampler.set_settings(doc.settings)
+        w.model_bar.set_source(doc.model)
+        w.model_bar.set_backend(doc.backend)
+        if shown is None:
+            self._clear_views()
+        return True
+
+    def _clear_views(self) -> None:
+        """An empty session: nothing in the output, the step chart or the timeline."""
+        self.w.output.text.clear_run()
+        self.w.step_chart.clear_step("no step yet: press Generate")
+        self.w.step_title.setText(IDLE)
+        self.w.timeline.clear_run()
+
+    # verbs --------------------------------------------------------------------------------------------------
+    def new(self) -> bool:
+        """An empty session (no prompt, no runs) with the current settings and model."""
+        if not self._may_replace():
+            return False
+        empty = self.snapshot()
+        if not self._apply(SavedSession(settings=empty.settings, model=empty.model, backend=empty.backend)):
+            return False
+        self._set_path(None)
+        return True
+
+    def open(self, path: str | os.PathLike) -> bool:
+        """Open a session file (or a run's trace); a newer or damaged file leaves the current session as it was."""
+        path = Path(path)
+        if not self._may_replace():
+            return False
+        try:
+            doc = session_file.load(path)
+        except (OSError, SessionFormatError) as e:
+            self.w.banner.show_message(f"Cannot open {path.name}: {getattr(e, 'strerror', None) or e}")
+            return False
+        if not self._apply(doc):
+            return False
+        self._set_path(path)
+        self._remember(path)
+        return True
+
+    def save(self) -> bool:
+        """Save to the session's file (asking for one the first time); False if not saved."""
+        return self.save_as(self.path) if self.path is not None else self._choose_and_save()
+
+    def save_as(self, path: str | os.PathLike) -> bool:
+        path = Path(path)
+        try:
+            session_file.save(self.snapshot(), path)
+        except OSError as e:
+            self.w.banner.show_message(f"Cannot save {path}: {e.strerror or e}")
+            return False
+        self._set_path(path)
+        self._remember(path)
+        return True
+
+    def _set_path(self, path: Path | None) -> None:
+        """The session now is what `path` holds (None: a new, unsaved one): unmodified, no autosave needed."""
+        self.path, self._saved = path, self.state()
+        self._show_title()
+        self._timer.stop()
+        self._write(None)
+
+    def may_close(self) -> bool:
+        """Whether the window may close now (unsaved changes: saved or discarded, as the user answers)."""
+        return self._closed or self._may_replace(running_ok=True)
+
+    def closed(self) -> None:
+        """A clean exit: this run's autosave is needed no more (a session offered back and not taken stays in
+        the recovered file, which File → Open reads, until the next unclean exit replaces it)."""
+        self._closed = True
+        self._timer.stop()
+        self._writer.shutdown(wait=True)
+        with contextlib.suppress(FileNotFoundError):
+            self.autosave_path.unlink()
+
+    def _may_replace(self, running_ok: bool = False) -> bool:
+        pg = self.w.playground
+        if not running_ok and pg.busy and not pg.loading_only:
+            self.w.banner.show_message("A run is in progress: stop it (Esc) before opening another session.")
+            return False
+        if not self.modified:
+            return True
+        answer = self.ask()
+        return answer == "discard" or (answer == "save" and self.save())
+
+    def _ask(self) -> Answer:
+        if QGuiApplication.platformName() == "offscreen":
+            return "discard"  # no one to ask (tests, --screenshot without a display)
+        box = question(self.w, self.path.name if self.path else "Untitled")
+        box.exec()
+        return {QMessageBox.StandardButton.Save: "save", QMessageBox.StandardButton.Discard: "discard"}.get(
+            box.standardButton(box.clickedButton()), "cancel")
+
+    # file dialogs and recent files ----------------------------------------------------------------------------
+    def _folder(self) -> str:
+        where = self.path or (Path(self.recent[0]) if self.recent else None)
+        return str(where.parent) if where is not None else str(Path.home())
+
+    def _choose_and_open(self) -> bool:
+        path, _ = QFileDialog.getOpenFileName(self.w, "Open session", self._folder(), FILTER)
+        return bool(path) and self.open(path)
+
+    def _choose_and_save(self) -> bool:
+        start = str(Path(self._folder()) / (self.path.name if self.path else f"untitled{SUFFIX}"))
+        path, _ = QFileDialog.getSaveFileName(self.w, "Save session", start, FILTER)
+        if not path:
+            return False
+        return self.save_as(path if Path(path).suffix else path + SUFFIX)
+
+    def _remember(self, path: Path | None) -> None:
+        """`path` first in the recent files (None: the list emptied)."""
+        if path is None:
+            self.recent = []
+        else:
+            self.recent = [str(path.resolve()), *(p for p in self.recent if p != str(path.resolve()))][:MAX_RECENT]
+        self.w.store.set("recent_sessions", self.recent)
+
+    def _fill_recent(self) -> None:
+        menu = self.recent_menu
+        menu.clear()
+        for i, p in enumerate(self.recent, 1):
+            action = menu.addAction(f"&{i} {Path(p).name}  —  {Path(p).parent}")
+            action.triggered.connect(lambda _=False, p=p: self.open(p))
+        if not self.recent:
+            menu.addAction("No recent sessions").setEnabled(False)
+            return
+        menu.addSeparator()
+        menu.addAction("Clear the list").triggered.connect(lambda: self._remember(None))
+
+    # autosave -----------------------------------------------------------------------------------------------
+    def autosave(self) -> None:
+        """Write the session to the autosave file if it has unsaved changes, else remove that file."""
+        if not self._closed:
+            self._write(self.snapshot(str(self.path or "")) if self.modified else None)
+
+    def _write(self, doc: SavedSession | None) -> None:
+        """Queue the autosave file's write (or removal: None) behind any still going, off the UI thread."""
+        if self._closed:
+            return
+        self._pending = self._writer.submit(_write_autosave, self.autosave_path, doc)
+
+    def _offer_recovery(self) -> None:
+        """If the last run of the app left an autosave (it was killed), keep it aside and offer it back."""
+        if not self.autosave_path.exists():
+            return
+        os.replace(self.autosave_path, self.recovered_path)  # what this run autosaves must not overwrite it
+        try:
+            head = session_file.load_header(self.recovered_path)
+        except (OSError, SessionFormatError):
+            return
+        when = datetime.datetime.fromtimestamp(self.recovered_path.stat().st_mtime).strftime("%H:%M on %d %b")
+        what = f"“{Path(head.origin).name}”" if head.origin else "an unsaved session"
+        start = " ".join(head.prompt.split())[:40]
+        self.w.banner.show_message(f"Logit Lab did not close cleanly: {what} from {when} (prompt “{start}…”) "
+                                   "can be restored.", "Restore", self.restore)
+
+    def restore(self) -> bool:
+        """Open the session the last run of the app autosaved, unsaved (under its file's name, if it had one)."""
+        try:
+            doc = session_file.load(self.recovered_path)
+        except (OSError, SessionFormatError) as e:
+            self.w.banner.show_message(f"Cannot restore the autosaved session: {getattr(e, 'strerror', None) or e}")
+            return False
+        if not self._may_replace() or not self._apply(doc):
+            return False
+        self.path, self._saved = (Path(doc.origin) if doc.origin else None), ()  # () : modified until saved
+        self._write(None)  # any autosave of this run so far is of what was just replaced
+        with contextlib.suppress(OSError):  # the restored session is this run's autosave now: safe if killed again
+            self._writer.submit(os.replace, self.recovered_path, self.autosave_path).result()
+        self.changed()
+        return True
+
+
+def _write_autosave(path: Path, doc: SavedSession | None) -> None:
+    if doc is None:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    session_file.save(doc, path)
+
+
+def _set_messages(chat: ChatEditor, messages: tuple[Message, ...]) -> None:
+    """The chat editor holding `messages`: the system one in its box, the others as turns (at least one)."""
+    chat.system.setPlainText(next((m.content for m in messages if m.role == "system"), ""))
+    for turn in list(chat.turns):
+        turn.removed.emit(turn)
+    for m in messages:
+        if m.role != "system":
+            chat.add_turn(m.role, m.content)
+    if not chat.turns:
+        chat.add_turn("user")
+
+
+def question(parent: MainWindow, name: str) -> QMessageBox:
+    """Save / Discard / Cancel for a session with unsaved changes."""
+    box = QMessageBox(QMessageBox.Icon.Warning, "Unsaved changes", f"Save the changes to {name}?",
+                      QMessageBox.StandardButton.Save | QMessageBox.StandardButton.Discard
+                      | QMessageBox.StandardButton.Cancel, parent)
+    box.setInformativeText("Without saving, its prompt, settings and runs since the last save are lost.")
+    box.setDefaultButton(QMessageBox.StandardButton.Save)
+    return box
