@@ -8,12 +8,17 @@ the tokenizer's own sandboxed `apply_chat_template`.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from backends.base import LoadOptions, ModelLoadError
 
+TEMPLATE_LIMIT_S = 1.0  # a chat template renders in milliseconds; one still running after this is stopped
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
 
 
@@ -53,8 +58,11 @@ class HFTokenizer:
         eos = {hf.eos_token_id} if hf.eos_token_id is not None else set()
         self.eos_ids = frozenset(eos | set(extra_eos))
         self.bos_id: int | None = hf.bos_token_id
-        self.has_chat_template = bool(getattr(hf, "chat_template", None))
         self._texts: dict[int, str] = {}
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.hf, "chat_template", None))
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return list(self.hf.encode(text, add_special_tokens=add_special_tokens))
@@ -74,12 +82,60 @@ class HFTokenizer:
         return text
 
     def apply_chat_template(self, messages: Sequence[dict[str, str]]) -> str:
+        """The messages through the model's template, in transformers' Jinja sandbox and within
+        `TEMPLATE_LIMIT_S`; a template that breaks out, errs or loops is a ValueError of one line."""
+        from jinja2.exceptions import SecurityError, TemplateError
+
         if not self.has_chat_template:
             raise ValueError("this model has no chat template: use completion mode")
-        return self.hf.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+        try:
+            with _time_limit(TEMPLATE_LIMIT_S):
+                return self.hf.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+        except SecurityError as e:
+            what = str(e).removeprefix("access to ").removesuffix(" is unsafe.")
+            raise ValueError(f"this model's chat template tried to access {what}; it was blocked") from None
+        except TemplateTooSlowError:
+            raise ValueError(f"this model's chat template ran for over {TEMPLATE_LIMIT_S:g} s; it was stopped") \
+                from None
+        except RecursionError:
+            raise ValueError("this model's chat template recursed too deeply; it was stopped") from None
+        except TemplateError as e:
+            raise ValueError(f"this model's chat template failed: {_one_line(e)}") from None
+        except Exception as e:  # noqa: BLE001 - the template is the model's code: whatever it raises is its fault
+            raise ValueError(f"this model's chat template failed: {type(e).__name__}: {_one_line(e)}") from None
 
     def stream(self) -> StreamDecoder:
         return StreamDecoder(self)
+
+
+class TemplateTooSlowError(Exception):
+    """Raised inside template code that runs past its time limit."""
+
+
+@contextmanager
+def _time_limit(seconds: float) -> Iterator[None]:
+    """Stops Jinja template code (compiled to Python, its file named "<template>") that runs past `seconds`: a
+    trace function checks the clock on each line of template code; no other code is traced line by line."""
+    deadline = time.monotonic() + seconds
+
+    def on_line(frame: FrameType, event: str, arg: Any) -> Any:
+        if time.monotonic() > deadline:
+            raise TemplateTooSlowError
+        return on_line
+
+    def on_call(frame: FrameType, event: str, arg: Any) -> Any:
+        return on_line if frame.f_code.co_filename == "<template>" else None
+
+    previous = sys.gettrace()
+    sys.settrace(on_call)
+    try:
+        yield
+    finally:
+        sys.settrace(previous)
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
 
 
 def load_tokenizer(path: Path, options: LoadOptions) -> HFTokenizer:
@@ -91,7 +147,7 @@ def load_tokenizer(path: Path, options: LoadOptions) -> HFTokenizer:
     try:
         hf = AutoTokenizer.from_pretrained(str(path), trust_remote_code=options.trust_remote_code)
     except StrictDataclassError as e:  # transformers read config.json (for the tokenizer's class) and refused it
-        raise ModelLoadError(f"{path / 'config.json'}: {' '.join(str(e.__cause__ or e).split())}") from e
+        raise ModelLoadError(f"{path / 'config.json'}: {_one_line(e.__cause__ or e)}") from e
     except Exception as e:
         raise ModelLoadError(f"cannot load the tokenizer in {path}: {e}") from e
     return HFTokenizer(hf, generation_eos_ids(path))

@@ -3,7 +3,9 @@ of the prompt's token boundaries with ids on hover, and its surprisal (each toke
 under the model, below the editor while the toggle is on).
 
 It is given the loaded model's tokenizer (pure CPU, never the model) to count and show tokens; counting is
-debounced so typing stays smooth. It never scores a prompt itself: while Surprisal is on it asks for a score
+debounced so typing stays smooth, and the prompt is rendered (chat template, then tokens) on a thread of its own:
+a template that loops or crawls never hangs the window, and after `RENDER_NOTE_MS` the count says so.
+It never scores a prompt itself: while Surprisal is on it asks for a score
 (`score_wanted`, debounced) and draws the `Scored` record it is handed back, if that is still of the text shown;
 one score is in flight at a time, so edits during a long run do not pile work up behind it. Nothing typed is
 ever lost: switching modes keeps both texts.
@@ -11,9 +13,14 @@ ever lost: switching modes keeps both texts.
 
 from __future__ import annotations
 
+import contextlib
 import html
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import Any
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
     QComboBox,
@@ -36,6 +43,54 @@ from app.ui.token_view import SurprisalView, TokenSpans
 ROLES = ("user", "assistant")
 COUNT_MS = 150
 SCORE_MS = 400  # a score is a forward over the whole prompt: wait for a pause in typing
+RENDER_WAIT_S = 0.05  # a prompt rendered within this is shown at once; a slower one when its thread is done
+RENDER_NOTE_MS = 1000  # then the count says the template is slow (the tokenizer stops it at its own limit)
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """The prompt as the model sees it, for one (tokenizer, prompt, messages) key: its ids and text, or why not."""
+
+    key: tuple[Any, ...]
+    ids: tuple[int, ...] = ()
+    text: str = ""
+    error: str | None = None
+
+
+class PromptRenderer(QObject):
+    """Renders the prompt through the chat template and the tokenizer on one thread of its own, the latest
+    request only (one that a newer request has replaced is skipped); `rendered` brings each result back."""
+
+    rendered = Signal(object)  # Rendered, on the UI thread
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prompt-render")
+        self._latest: tuple[Any, ...] | None = None
+        self._future: Future | None = None
+
+    def render(self, tokenizer: Any, prompt: str, messages: tuple[Message, ...] | None) -> Rendered | None:
+        """The render of these inputs if it is ready within `RENDER_WAIT_S`; else None, and `rendered` brings it."""
+        key = (tokenizer, prompt, messages)
+        if key != self._latest or self._future is None:
+            self._latest = key
+            self._future = self._pool.submit(self._run, key)
+        try:
+            return self._future.result(RENDER_WAIT_S)
+        except FutureTimeout:
+            return None
+
+    def _run(self, key: tuple[Any, ...]) -> Rendered | None:
+        if key != self._latest:
+            return None  # replaced while it waited
+        try:
+            ids, text = prompt_tokens(*key)
+            result = Rendered(key, tuple(ids), text)
+        except ValueError as e:
+            result = Rendered(key, error=str(e))
+        with contextlib.suppress(RuntimeError):  # the editor is gone (the window closed)
+            self.rendered.emit(result)
+        return result
 
 
 class TokenBoundaries(TokenSpans):
@@ -73,6 +128,9 @@ class Turn(QWidget):
         self.role.addItems(ROLES)
         self.role.setCurrentText(role)
         self.text = QPlainTextEdit(text, placeholderText=f"{role} message")
+        # The editor shows "\r" and U+2029 as line breaks and U+00A0 as a space: until it is edited, the message
+        # is the text it was given, byte for byte (a model's reply added to the chat).
+        self._given, self._shown = text, self.text.toPlainText()
         self.text.setFixedHeight(self.fontMetrics().lineSpacing() * 4 + 12)
         drop = QToolButton(text="✕", toolTip="Remove this message", autoRaise=True)
         drop.clicked.connect(lambda: self.removed.emit(self))
@@ -86,7 +144,8 @@ class Turn(QWidget):
         box.addWidget(self.text)
 
     def message(self) -> Message:
-        return Message(self.role.currentText(), self.text.toPlainText())
+        shown = self.text.toPlainText()
+        return Message(self.role.currentText(), self._given if shown == self._shown else shown)
 
 
 class ChatEditor(QWidget):
@@ -136,7 +195,7 @@ class ChatEditor(QWidget):
     def messages(self) -> tuple[Message, ...]:
         system = self.system.toPlainText().strip()
         head = (Message("system", system),) if system else ()
-        return head + tuple(t.message() for t in self.turns if t.text.toPlainText())
+        return head + tuple(m for m in (t.message() for t in self.turns) if m.content)
 
 
 class PromptEditor(QWidget):
@@ -171,6 +230,12 @@ class PromptEditor(QWidget):
         self._build_layout()
         self._debounce = QTimer(self, singleShot=True, interval=COUNT_MS)
         self._debounce.timeout.connect(self.refresh_count)
+        self.renderer = PromptRenderer(self)
+        self.renderer.rendered.connect(self._rendered)
+        self._slow = QTimer(self, singleShot=True, interval=RENDER_NOTE_MS)
+        self._slow.timeout.connect(lambda: self.count.setText(
+            f"the chat template is still rendering after {RENDER_NOTE_MS / 1000:g} s: no token count"))
+        self._score_after_render = False  # a score waits for the prompt's render
         self._score_debounce = QTimer(self, singleShot=True, interval=SCORE_MS)
         self._score_debounce.timeout.connect(self.request_score)
         self._score_sent: int | None = None  # the latest score request: only its answer is drawn
@@ -220,22 +285,39 @@ class PromptEditor(QWidget):
             self.surprisal.set_status("· edited…")
         self.changed.emit()
 
-    def model_text(self) -> tuple[list[int], str]:
-        """The prompt as the model will see it (template applied), and its ids."""
-        return prompt_tokens(self.tokenizer, self.prompt(), self.messages())
+    def model_text(self) -> Rendered | None:
+        """The prompt as the model will see it (template applied) and its ids, if rendered; None while it renders
+        (`_rendered` follows)."""
+        return self.renderer.render(self.tokenizer, self.prompt(), self.messages())
 
     def refresh_count(self) -> None:
         if self.tokenizer is None:
             self.count.setText("load a model to count tokens")
             return
-        try:
-            ids, _ = self.model_text()
-        except ValueError as e:
-            self.count.setText(str(e))
+        r = self.model_text()
+        if r is None:
+            if not self._slow.isActive():
+                self._slow.start()
             return
-        self.count.setText(f"{len(ids)} tokens")
+        self._show_count(r)
+
+    def _rendered(self, r: Rendered) -> None:
+        """A render from the thread: shown if it is of the prompt as it is now."""
+        if self.tokenizer is None or r.key != (self.tokenizer, self.prompt(), self.messages()):
+            return
+        self._show_count(r)
+        if self._score_after_render:
+            self._score_after_render = False
+            self.request_score()
+
+    def _show_count(self, r: Rendered) -> None:
+        self._slow.stop()
+        if r.error is not None:
+            self.count.setText(r.error)
+            return
+        self.count.setText(f"{len(r.ids)} tokens")
         if self.show_tokens.isChecked():
-            self.boundaries.set_tokens(ids, [self.tokenizer.token_text(i) for i in ids])
+            self.boundaries.set_tokens(list(r.ids), [self.tokenizer.token_text(i) for i in r.ids])
 
     def _toggle_tokens(self, on: bool) -> None:
         self.tabs.setVisible(not on)
@@ -263,12 +345,14 @@ class PromptEditor(QWidget):
         if self.tokenizer is None:
             self.surprisal.clear("Load a model to score the prompt.")
             return
-        try:
-            ids, text = self.model_text()
-        except ValueError as e:  # (the token count beneath says the same)
-            self.surprisal.clear(f"Nothing to score: {e}.")
+        r = self.model_text()
+        if r is None:
+            self._score_after_render = True
             return
-        if not ids or not text:
+        if r.error is not None:  # (the token count beneath says the same)
+            self.surprisal.clear(f"Nothing to score: {r.error}.")
+            return
+        if not r.ids or not r.text:
             self.surprisal.clear("Type a prompt to see how surprising the model finds each of its tokens.")
             return
         self.surprisal.scoring()
@@ -310,8 +394,5 @@ class PromptEditor(QWidget):
     def _is_current(self, ev: Scored) -> bool:
         if self.tokenizer is None or self._score_debounce.isActive():
             return False  # edited since: the score of the new text is on its way
-        try:
-            ids, text = self.model_text()
-        except ValueError:
-            return False
-        return text == ev.prompt_text and tuple(ids) == ev.score.ids
+        r = self.model_text()
+        return r is not None and r.error is None and r.text == ev.prompt_text and r.ids == ev.score.ids
