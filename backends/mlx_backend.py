@@ -18,6 +18,7 @@ import numpy as np
 
 from backends.base import LoadOptions, ModelInfo, ModelLoadError, Positions, check_fork, check_forward, check_rows
 from backends.checks import ConfigShape, check_folder
+from backends.gguf import is_gguf
 from backends.hf_tokenizer import HFTokenizer, load_tokenizer
 
 DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
@@ -174,6 +175,9 @@ class MlxBackend:
     def load(self, path: Path, options: LoadOptions) -> MlxModel:
         from mlx_lm.utils import load_model
 
+        if is_gguf(path):  # mlx-lm loads safetensors folders only (its gguf module writes GGUF, it does not read it)
+            raise ModelLoadError(f"{path.name} is a GGUF file, which the MLX backend cannot load: open it with the "
+                                 "torch backend (--backend torch, or torch in the model bar)")
         config = check_folder(path, options)
         if options.allow_pickle and not list(path.glob("*.safetensors")):
             raise ModelLoadError(f"{path.name} has only pickle weights; the MLX backend reads safetensors only")

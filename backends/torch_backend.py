@@ -16,6 +16,7 @@ import torch
 
 from backends.base import LoadOptions, ModelInfo, ModelLoadError, Positions, check_fork, check_forward, check_rows
 from backends.checks import ConfigShape, check_folder
+from backends.gguf import check_gguf, is_gguf
 from backends.hf_tokenizer import HFTokenizer, load_tokenizer
 from backends.ops import NUMPY
 from backends.torch_fast import FastLlama, supports
@@ -205,23 +206,40 @@ class TorchBackend:
         return True
 
     def load(self, path: Path, options: LoadOptions) -> TorchModel:
-        from transformers import AutoModelForCausalLM
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # the window shows its own progress; the terminal stays clean
-        config = check_folder(path, options)
+        gguf = is_gguf(path)
+        config = check_gguf(path).config() if gguf else check_folder(path, options)
         device = pick_device(options.device)
         dtype = pick_dtype(options.dtype, device)
-        tokenizer = load_tokenizer(path, options)
-        try:
-            model = AutoModelForCausalLM.from_pretrained(
-                str(path), dtype=dtype, trust_remote_code=options.trust_remote_code,
-                use_safetensors=not options.allow_pickle or None,
-            )
-        except Exception as e:
-            raise ModelLoadError(f"cannot load the weights in {path}: {first_line(e)}") from e
+        tokenizer = load_gguf_tokenizer(path) if gguf else load_tokenizer(path, options)
+        model = load_weights(path, dtype, options)
         model.to(device).eval()
         return TorchModel(model, tokenizer, make_info(path, config, model, device, dtype), device, options)
+
+
+def load_weights(path: Path, dtype: torch.dtype, options: LoadOptions) -> Any:
+    """transformers' model: from a folder, or from a GGUF file (its config read from the file, every tensor
+    dequantized, then cast to `dtype`)."""
+    from transformers import AutoModelForCausalLM
+
+    folder, args = (path.parent, {"gguf_file": path.name}) if is_gguf(path) else (path, {
+        "trust_remote_code": options.trust_remote_code, "use_safetensors": not options.allow_pickle or None})
+    try:
+        return AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype, **args)
+    except Exception as e:
+        raise ModelLoadError(f"cannot load the weights in {path}: {first_line(e)}") from e
+
+
+def load_gguf_tokenizer(path: Path) -> HFTokenizer:
+    """The tokenizer a GGUF file describes in its metadata (transformers rebuilds it as a fast tokenizer)."""
+    from transformers import AutoTokenizer
+
+    try:
+        return HFTokenizer(AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name))
+    except Exception as e:
+        raise ModelLoadError(f"cannot build the tokenizer of {path.name}: {first_line(e)}") from e
 
 
 def first_line(e: BaseException) -> str:

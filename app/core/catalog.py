@@ -1,7 +1,8 @@
 """What models the user has and whether they fit: the Hugging Face cache listing and a memory estimate.
 
-Reads config.json and safetensors headers only (no framework, no tensor loads). `logitlab models` prints the
-listing; the window's model picker shows the same entries.
+Reads config.json, safetensors headers and GGUF headers only (no framework, no tensor loads). Lists model
+folders and `.gguf` files in the HF cache and in folders the user adds. `logitlab models` prints the listing;
+the window's model picker shows the same entries.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -16,11 +19,14 @@ import psutil
 
 from backends.base import ModelLoadError
 from backends.checks import ConfigShape, read_config, safetensors_header
+from backends.gguf import is_gguf, read_gguf
+from backends.gguf import loadable_by as gguf_loadable_by
 from backends.support import loadable_by
 
 DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "U32": 4, "I16": 2, "I8": 1, "U8": 1,
                "F8_E4M3": 1, "F8_E5M2": 1, "BOOL": 1}
 DEFAULT_CONTEXT = 4096  # tokens the memory check budgets for
+FOLDER_DEPTH = 3  # how deep a user's folder is searched: LM Studio keeps models/publisher/repo/file.gguf
 
 
 @dataclass(frozen=True)
@@ -31,6 +37,7 @@ class ModelEntry:
     model_type: str
     backends: tuple[str, ...]
     quantization: str | None
+    label: str = ""  # a shorter name than `source` where there is one (a GGUF file: repo/file.gguf)
 
 
 @dataclass(frozen=True)
@@ -66,6 +73,8 @@ def _quant_label(config: dict) -> str | None:
 
 def estimate_memory(path: Path, config: dict | None = None, bytes_per_value: float | None = None) -> MemoryEstimate:
     """Weights (from the safetensors headers: exact) + KV cache per 1,000 tokens (from the config)."""
+    if is_gguf(path):
+        return _gguf_memory(path, bytes_per_value)
     config = config or read_config(path)
     weight_bytes = params = 0
     for f in sorted(path.glob("*.safetensors")):
@@ -77,6 +86,13 @@ def estimate_memory(path: Path, config: dict | None = None, bytes_per_value: flo
     return MemoryEstimate(weight_bytes, params, kv * 1000, psutil.virtual_memory().available)
 
 
+def _gguf_memory(path: Path, bytes_per_value: float | None) -> MemoryEstimate:
+    """A GGUF file's weights are dequantized on load: 4 bytes a parameter (float32, the CPU's dtype)."""
+    gguf = read_gguf(path)
+    kv = ConfigShape.from_config(gguf.config()).kv_bytes_per_token(bytes_per_value or 2)
+    return MemoryEstimate(gguf.parameters * 4, gguf.parameters, kv * 1000, psutil.virtual_memory().available)
+
+
 def check_fits(path: Path) -> None:
     est = estimate_memory(path)
     if not est.fits:
@@ -84,7 +100,7 @@ def check_fits(path: Path) -> None:
 
 
 def scan_cache(cache_dir: str | Path | None = None) -> list[ModelEntry]:
-    """Models in the Hugging Face cache that have a config.json, newest first."""
+    """Models in the Hugging Face cache (folders with a config.json, and .gguf files), newest first."""
     from huggingface_hub import scan_cache_dir
     from huggingface_hub.errors import CacheNotFound
 
@@ -96,33 +112,74 @@ def scan_cache(cache_dir: str | Path | None = None) -> list[ModelEntry]:
     for repo in sorted(info.repos, key=lambda r: -(r.last_modified or 0)):
         if repo.repo_type != "model" or not repo.revisions:
             continue
-        rev = max(repo.revisions, key=lambda r: r.last_modified or 0)
-        cfg_path = Path(rev.snapshot_path) / "config.json"
-        if not cfg_path.exists():
-            continue
-        try:
-            config = json.loads(cfg_path.read_text())
-        except (OSError, ValueError):
-            continue
-        out.append(ModelEntry(repo.repo_id, str(rev.snapshot_path), repo.size_on_disk,
-                              str(config.get("model_type", "?")), tuple(loadable_by(config)), _quant_label(config)))
+        snapshot = Path(max(repo.revisions, key=lambda r: r.last_modified or 0).snapshot_path)
+        folder = folder_entry(snapshot, repo.repo_id, repo.size_on_disk)
+        out += [folder] if folder else []
+        out += [gguf_entry(f, f"{repo.repo_id}/{f.relative_to(snapshot)}") for f in sorted(snapshot.rglob("*.gguf"))]
+    return out
+
+
+def folder_entry(folder: Path, source: str, size: int) -> ModelEntry | None:
+    """A model folder (one with a readable config.json), or None."""
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    return ModelEntry(source, str(folder), size, str(config.get("model_type", "?")), tuple(loadable_by(config)),
+                      _quant_label(config))
+
+
+def gguf_entry(path: Path, label: str = "") -> ModelEntry:
+    """A .gguf file; one that cannot be read is listed as type '?' and loadable by no backend."""
+    size = path.stat().st_size
+    try:
+        gguf = read_gguf(path)
+    except ModelLoadError:
+        return ModelEntry(str(path), str(path), size, "?", (), None, label)
+    return ModelEntry(str(path), str(path), size, gguf.model_type or gguf.architecture,
+                      tuple(gguf_loadable_by(gguf)), f"GGUF {gguf.weight_type}", label)
+
+
+def scan_folder(folder: str | Path) -> list[ModelEntry]:
+    """Model folders and .gguf files in a folder of the user's, up to `FOLDER_DEPTH` levels down, by name."""
+    root, out = Path(folder).expanduser().resolve(), []
+    for here, dirs, files in os.walk(root):
+        path = Path(here)
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and len(path.relative_to(root).parts) < FOLDER_DEPTH)
+        if "config.json" in files:
+            size = sum((path / f).stat().st_size for f in files)
+            entry = folder_entry(path, str(path), size)
+            out += [entry] if entry else []
+        out += [gguf_entry(path / f, str((path / f).relative_to(root))) for f in sorted(files)
+                if f.lower().endswith(".gguf")]
     return out
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="logitlab models", description="List the models in the Hugging Face cache.")
+    p = argparse.ArgumentParser(prog="logitlab models", description="List the models in the Hugging Face cache "
+                                "(model folders and .gguf files) and in the folders given with --folder.")
     p.add_argument("--cache-dir", help="another cache folder (default: the standard HF cache)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--folder", action="append", default=[], help="also list the model folders and .gguf files in "
+                   f"this folder, up to {FOLDER_DEPTH} levels down (repeatable; e.g. ~/.lmstudio/models)")
+    p.add_argument("--json", action="store_true", help="one JSON array of the entries")
     args = p.parse_args(argv)
-    entries = scan_cache(args.cache_dir)
+    missing = [f for f in args.folder if not Path(f).expanduser().is_dir()]
+    if missing:
+        print(f"logitlab models: error: no folder {missing[0]}", file=sys.stderr)
+        return 2
+    entries = scan_cache(args.cache_dir) + [e for f in args.folder for e in scan_folder(f)]
     if args.json:
         print(json.dumps([asdict(e) for e in entries], indent=1))
         return 0
     if not entries:
-        print("No models in the Hugging Face cache. Open a local folder, or give a hub id to download one.")
+        print(f"No models in the Hugging Face cache{' or those folders' if args.folder else ''}. Open a local "
+              "folder or .gguf file, or give a hub id to download one.")
         return 0
-    print(f"{'model':48} {'size':>9}  {'type':14} {'backends':12} quantization")
+    width = max(48, *(len(e.source) for e in entries))  # a GGUF's source is its path: what to type in --model
+    print(f"{'model':{width}} {'size':>9}  {'type':14} {'backends':12} quantization")
     for e in entries:
-        print(f"{e.source:48} {e.size_bytes / 2**20:7.0f} MB  {e.model_type:14} {','.join(e.backends) or '-':12} "
-              f"{e.quantization or ''}")
+        print(f"{e.source:{width}} {e.size_bytes / 2**20:7.0f} MB  {e.model_type:14} "
+              f"{','.join(e.backends) or '-':12} {e.quantization or ''}")
     return 0

@@ -1,0 +1,233 @@
+"""GGUF files (llama.cpp, LM Studio): read the header without loading a tensor, and check it is whole.
+
+`read_gguf` parses the metadata and the tensor table in pure Python (arrays such as the vocabulary are kept as
+their length only, so a 150k-token header reads in well under a second) and turns a wrong magic, a damaged
+header or a file shorter than its tensors need into one `ModelLoadError` line. No framework imports; loading
+the weights (transformers dequantizes them) is the torch backend's job.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import mmap
+import re
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from backends.base import ModelLoadError
+from backends.support import torch_supports
+
+MAGIC = b"GGUF"
+SPLIT = re.compile(r"-\d{5}-of-\d{5}\.gguf$", re.IGNORECASE)  # llama.cpp's split files: name-00001-of-00003.gguf
+# GGUF architecture -> transformers model_type, for the causal LMs transformers' GGUF loader can dequantize
+# (transformers.integrations.ggml.GGUF_SUPPORTED_ARCHITECTURES; a test holds this table to it).
+TRANSFORMERS_TYPES = {
+    "llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen2moe": "qwen2_moe", "qwen3": "qwen3",
+    "qwen3moe": "qwen3_moe", "phi3": "phi3", "gemma2": "gemma2", "gemma3": "gemma3_text", "falcon": "falcon",
+    "stablelm": "stablelm", "gpt2": "gpt2", "starcoder2": "starcoder2", "bloom": "bloom", "mamba": "mamba",
+    "nemotron": "nemotron", "lfm2": "lfm2", "gpt-oss": "gpt_oss", "gemma4": "gemma4_text",
+}
+REQUIRED = ("block_count", "embedding_length", "attention.head_count")  # a decoder's dimensions, as GGUF names them
+# Value types of the format: struct code of each fixed-size scalar; 8 is a string, 9 an array.
+SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+STRING, ARRAY = 8, 9
+# ggml tensor types: id -> (name, elements per block, bytes per block), as gguf-py's GGML_QUANT_SIZES
+GGML_TYPES = {
+    0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20), 6: ("Q5_0", 32, 22),
+    7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34), 9: ("Q8_1", 32, 40), 10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110),
+    12: ("Q4_K", 256, 144), 13: ("Q5_K", 256, 176), 14: ("Q6_K", 256, 210), 15: ("Q8_K", 256, 292),
+    16: ("IQ2_XXS", 256, 66), 17: ("IQ2_XS", 256, 74), 18: ("IQ3_XXS", 256, 98), 19: ("IQ1_S", 256, 50),
+    20: ("IQ4_NL", 32, 18), 21: ("IQ3_S", 256, 110), 22: ("IQ2_S", 256, 82), 23: ("IQ4_XS", 256, 136),
+    24: ("I8", 1, 1), 25: ("I16", 1, 2), 26: ("I32", 1, 4), 27: ("I64", 1, 8), 28: ("F64", 1, 8),
+    29: ("IQ1_M", 256, 56), 30: ("BF16", 1, 2), 34: ("TQ1_0", 256, 54), 35: ("TQ2_0", 256, 66),
+    39: ("MXFP4", 32, 17),
+}  # a type not listed (newer than this table) is not checked for length
+
+
+@dataclass(frozen=True)
+class GgufTensor:
+    name: str
+    shape: tuple[int, ...]
+    type: int
+    offset: int  # from the start of the data section
+
+
+@dataclass(frozen=True)
+class GgufFile:
+    """A GGUF file's header: metadata (arrays as their length) and tensor table."""
+
+    path: Path
+    metadata: dict[str, Any]
+    tensors: tuple[GgufTensor, ...]
+
+    @property
+    def architecture(self) -> str:
+        return str(self.metadata.get("general.architecture", "?"))
+
+    @property
+    def model_type(self) -> str | None:
+        """transformers' name for this architecture, or None where its GGUF loader cannot read it."""
+        return TRANSFORMERS_TYPES.get(self.architecture)
+
+    @property
+    def parameters(self) -> int:
+        return sum(math.prod(t.shape) for t in self.tensors)
+
+    @property
+    def weight_type(self) -> str:
+        """The tensor type holding most of the weights, e.g. Q4_K (a file mixes types; norms stay F32)."""
+        sizes: dict[int, int] = {}
+        for t in self.tensors:
+            sizes[t.type] = sizes.get(t.type, 0) + math.prod(t.shape)
+        top = max(sizes, key=sizes.__getitem__, default=0)
+        return GGML_TYPES[top][0] if top in GGML_TYPES else f"type {top}"
+
+    @property
+    def has_tokenizer(self) -> bool:
+        return "tokenizer.ggml.model" in self.metadata and "tokenizer.ggml.tokens" in self.metadata
+
+    def config(self) -> dict[str, Any]:
+        """The decoder's dimensions under transformers' config names (what `ConfigShape` reads)."""
+        arch, m = self.architecture, self.metadata
+        heads = m.get(f"{arch}.attention.head_count")
+        return {"model_type": self.model_type or arch, "num_hidden_layers": m.get(f"{arch}.block_count"),
+                "num_attention_heads": heads, "num_key_value_heads": m.get(f"{arch}.attention.head_count_kv", heads),
+                "head_dim": m.get(f"{arch}.attention.key_length"), "hidden_size": m.get(f"{arch}.embedding_length"),
+                "vocab_size": m.get(f"{arch}.vocab_size") or m.get("tokenizer.ggml.tokens"),
+                "max_position_embeddings": m.get(f"{arch}.context_length")}
+
+
+def is_gguf(path: Path) -> bool:
+    return path.suffix.lower() == ".gguf" and not path.is_dir()
+
+
+def read_gguf(path: Path) -> GgufFile:
+    """The header of a GGUF file, checked: its magic, its structure, and that the file holds every tensor."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+            if not head:
+                raise ModelLoadError(f"{path.name} is empty (0 bytes): an interrupted download?")
+            if head != MAGIC:
+                raise ModelLoadError(f"{path.name} is not a GGUF file: it starts with {head!r}, not {MAGIC!r}")
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+                return _parse(path, buf)
+    except OSError as e:
+        raise ModelLoadError(f"cannot read {path}: {e.strerror or e}") from e
+    except (struct.error, ValueError, UnicodeDecodeError, OverflowError) as e:
+        raise ModelLoadError(f"{path.name} has a damaged or truncated header ({path.stat().st_size:,} bytes on "
+                             "disk; an interrupted download?)") from e
+
+
+def check_gguf(path: Path) -> GgufFile:
+    """`read_gguf`, then what loading needs: an architecture transformers reads, its dimensions, a tokenizer."""
+    gguf = read_gguf(path)
+    problem = _problem(gguf)
+    if problem:
+        raise ModelLoadError(problem)
+    return gguf
+
+
+def _problem(gguf: GgufFile) -> str | None:
+    """Why transformers cannot load this (well-formed) file, or None."""
+    name, arch = gguf.path.name, gguf.architecture
+    if gguf.model_type is None:
+        return (f"{name} is a {arch!r} model: transformers cannot load GGUF files of that architecture (it reads "
+                f"{', '.join(sorted(TRANSFORMERS_TYPES))})")
+    if SPLIT.search(name):
+        return (f"{name} is one part of a split GGUF, and transformers loads whole files only: merge the parts "
+                "with llama.cpp's llama-gguf-split --merge")
+    if not gguf.has_tokenizer:
+        return f"{name} has no tokenizer in its metadata (tokenizer.ggml.*)"
+    for key in REQUIRED:
+        value = gguf.metadata.get(f"{arch}.{key}")
+        if type(value) is not int or value < 1:
+            return f"{name}: {arch}.{key} is {value!r}; it must be a whole number of at least 1"
+    return None
+
+
+class _Cursor:
+    """Reads little-endian GGUF values from a buffer; every read is bounds-checked by struct."""
+
+    def __init__(self, buf: Any) -> None:
+        self.buf, self.pos = buf, 4
+
+    def scalar(self, code: str) -> Any:
+        (value,) = struct.unpack_from("<" + code, self.buf, self.pos)
+        self.pos += struct.calcsize(code)
+        return value
+
+    def string(self) -> str:
+        n = self.scalar("Q")
+        if self.pos + n > len(self.buf):
+            raise ValueError("string past the end of the file")
+        self.pos += n
+        return bytes(self.buf[self.pos - n : self.pos]).decode("utf-8")
+
+    def value(self, vtype: int) -> Any:
+        if vtype in SCALARS:
+            return self.scalar(SCALARS[vtype])
+        if vtype == STRING:
+            return self.string()
+        if vtype == ARRAY:
+            return self.skip_array()
+        raise ValueError(f"unknown value type {vtype}")
+
+    def skip_array(self) -> int:
+        """Steps over an array and returns its length (a vocabulary is not needed to list or check a file)."""
+        etype, n = self.scalar("I"), self.scalar("Q")
+        if etype in SCALARS:
+            self.pos += n * struct.calcsize(SCALARS[etype])
+        elif etype == STRING:
+            for _ in range(n):
+                self.pos += 8 + struct.unpack_from("<Q", self.buf, self.pos)[0]
+        else:
+            for _ in range(n):
+                self.value(etype)
+        if self.pos > len(self.buf):
+            raise ValueError("array past the end of the file")
+        return n
+
+
+def _parse(path: Path, buf: Any) -> GgufFile:
+    cur = _Cursor(buf)
+    version = cur.scalar("I")
+    if version not in (2, 3):
+        raise ModelLoadError(f"{path.name} is GGUF version {version}; versions 2 and 3 are supported")
+    n_tensors, n_kv = cur.scalar("Q"), cur.scalar("Q")
+    metadata = {}
+    for _ in range(n_kv):
+        key = cur.string()
+        metadata[key] = cur.value(cur.scalar("I"))
+    tensors = []
+    for _ in range(n_tensors):
+        name = cur.string()
+        shape = tuple(cur.scalar("Q") for _ in range(cur.scalar("I")))
+        tensors.append(GgufTensor(name, shape, cur.scalar("I"), cur.scalar("Q")))
+    align = int(metadata.get("general.alignment", 32))
+    data_start = -(-cur.pos // align) * align
+    _check_length(path, len(buf), data_start, tensors)
+    return GgufFile(path, metadata, tuple(tensors))
+
+
+def _check_length(path: Path, size: int, data_start: int, tensors: list[GgufTensor]) -> None:
+    end = data_start
+    for t in tensors:
+        if t.type in GGML_TYPES:
+            _, per_block, nbytes = GGML_TYPES[t.type]
+            end = max(end, data_start + t.offset + math.prod(t.shape) // per_block * nbytes)
+    if end > size:
+        raise ModelLoadError(f"{path.name} is truncated: its tensors need {end:,} bytes and the file has {size:,} "
+                             "(an interrupted download?)")
+
+
+def loadable_by(gguf: GgufFile) -> list[str]:
+    """Backends (of those installed) that can load this file: torch, where transformers reads its architecture
+    and the gguf and accelerate packages its GGUF loader needs are installed; never MLX. A file `check_gguf`
+    would refuse loads nowhere."""
+    if _problem(gguf) or not all(importlib.util.find_spec(m) for m in ("gguf", "accelerate")):
+        return []
+    return ["torch"] if torch_supports(str(gguf.model_type).removesuffix("_text")) else []

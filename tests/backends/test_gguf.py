@@ -1,0 +1,363 @@
+"""GGUF files as llama.cpp and LM Studio users have them: a tiny one written here by the `gguf` package from the
+session's tiny Llama (the same weights as its safetensors), opened on torch through transformers' GGUF loading
+(dequantized), refused on MLX with a pointer to torch, listed from the HF cache and from the user's folders, and
+damaged ones refused in one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.core.catalog import estimate_memory, scan_cache, scan_folder
+from app.core.catalog import main as models_main
+from app.core.events import Request, Step
+from app.core.generation import generate
+from app.core.settings import SamplerSettings
+from backends.base import LoadOptions, ModelLoadError
+from backends.gguf import GGML_TYPES, TRANSFORMERS_TYPES, read_gguf
+from tests.backends.test_model_files import ENV, place_in_hf_cache
+
+gguf = pytest.importorskip("gguf")
+CPU32 = LoadOptions(device="cpu", dtype="float32")
+
+
+def permute(w: np.ndarray, heads: int) -> np.ndarray:
+    """llama.cpp's row order for Llama's q / k projections (convert_hf_to_gguf.py), which loaders undo."""
+    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def write_gguf(src: Path, dst: Path, quant: str = "F32") -> Path:
+    """The Llama in `src` as llama.cpp writes it: its dimensions, its byte-level BPE tokenizer, its tensors under
+    GGUF names (2-D ones as `quant`, norms in F32)."""
+    from safetensors.numpy import load_file
+
+    cfg = json.loads((src / "config.json").read_text())
+    heads, kv_heads, layers = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["num_hidden_layers"]
+    w = gguf.GGUFWriter(str(dst), "llama")
+    w.add_name(src.name)
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_block_count(layers)
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv_heads)
+    w.add_rope_dimension_count(cfg["hidden_size"] // heads)
+    w.add_rope_freq_base((cfg.get("rope_parameters") or cfg)["rope_theta"])
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_vocab_size(cfg["vocab_size"])
+    add_tokenizer(w, src, cfg)
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, layers)
+    for hf_name, t in sorted(load_file(src / "model.safetensors").items()):
+        base, suffix = hf_name.rsplit(".", 1)
+        t = permute(t, heads) if "q_proj" in base else permute(t, kv_heads) if "k_proj" in base else t
+        add_tensor(w, f"{names.get_name(base)}.{suffix}", t.astype(np.float32), quant if t.ndim == 2 else "F32")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return dst
+
+
+def add_tokenizer(w, src: Path, cfg: dict) -> None:
+    tok = json.loads((src / "tokenizer.json").read_text())
+    special = {a["id"]: a["content"] for a in tok["added_tokens"]}
+    vocab = {i: t for t, i in tok["model"]["vocab"].items()} | special
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list([vocab[i] for i in range(len(vocab))])
+    w.add_token_types([3 if i in special else 1 for i in range(len(vocab))])  # 3: control, 1: normal
+    w.add_token_merges([" ".join(m) if isinstance(m, list) else m for m in tok["model"]["merges"]])
+    w.add_bos_token_id(cfg["bos_token_id"])
+    w.add_eos_token_id(cfg["eos_token_id"])
+    template = src / "chat_template.jinja"
+    if template.exists():
+        w.add_chat_template(template.read_text())
+
+
+def add_tensor(w, name: str, t: np.ndarray, quant: str) -> None:
+    qtype = gguf.GGMLQuantizationType[quant]
+    if quant == "F32":
+        w.add_tensor(name, t)
+    else:
+        w.add_tensor(name, gguf.quants.quantize(t, qtype), raw_dtype=qtype)
+
+
+@pytest.fixture(scope="module")
+def gguf_dir(tiny_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("gguf")
+    write_gguf(tiny_path, out / "tiny-f32.gguf")
+    write_gguf(tiny_path, out / "tiny-q8_0.gguf", quant="Q8_0")
+    return out
+
+
+@pytest.fixture(scope="module")
+def gguf_model(gguf_dir: Path):
+    from backends.torch_backend import TorchBackend
+
+    return TorchBackend().load(gguf_dir / "tiny-f32.gguf", CPU32)
+
+
+def greedy(model, prompt: str, n: int = 24) -> list[int]:
+    request = Request(prompt=prompt, settings=SamplerSettings(temperature=0, max_tokens=n), ignore_eos=True)
+    return [e.token_id for e in generate(model, request, threading.Event()) if isinstance(e, Step)]
+
+
+# -- opening a GGUF file on torch ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("prompt", ["def add(a, b):", "Hello, world! こんにちは 🙂"])
+def test_greedy_tokens_of_the_gguf_equal_those_of_the_same_weights_from_safetensors(gguf_model, torch_model,
+                                                                                      prompt: str):
+    assert gguf_model.tokenizer.encode(prompt) == torch_model.tokenizer.encode(prompt)
+    tokens = greedy(gguf_model, prompt)
+    assert len(tokens) == 24
+    assert tokens == greedy(torch_model, prompt)
+
+
+def test_the_gguf_model_computes_the_same_logits_at_every_position(gguf_model, torch_model):
+    ids = [torch_model.tokenizer.encode("for i in range(10):\n    print(i * i)\n")]
+    a = gguf_model.forward(ids, gguf_model.new_cache(), "all")
+    b = torch_model.forward(ids, torch_model.new_cache(), "all")
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
+
+
+def test_the_gguf_model_card_reads_as_the_safetensors_one(gguf_model, torch_model):
+    a, b = gguf_model.info, torch_model.info
+    assert a.name == "tiny-f32.gguf" and a.backend == "torch" and a.dtype == "float32"
+    for field in ("parameters", "layers", "heads", "kv_heads", "head_dim", "hidden_size", "vocab_size",
+                  "context_length", "weight_bytes", "kv_bytes_per_token"):
+        assert getattr(a, field) == getattr(b, field), field
+    assert gguf_model.tokenizer.eos_ids == torch_model.tokenizer.eos_ids
+    assert gguf_model.tokenizer.has_chat_template  # the template travels in the file's metadata
+
+
+def test_a_q8_0_file_is_dequantized_to_weights_within_its_quantization_step(gguf_dir: Path, torch_model):
+    from backends.torch_backend import TorchBackend
+
+    model = TorchBackend().load(gguf_dir / "tiny-q8_0.gguf", CPU32)
+    ref = dict(torch_model.model.named_parameters())
+    for name, p in model.model.named_parameters():
+        want = ref[name].detach().numpy()
+        # Q8_0: blocks of 32 values share one step, max|x| / 127: rounding is at most half a step, and the step
+        # is stored as float16 (relative error 2^-11, times up to 127 steps: another 0.062 of a step)
+        step = np.abs(want.reshape(-1, 32)).max(axis=1, keepdims=True) / 127
+        err = np.abs(p.detach().numpy() - want).reshape(-1, 32)
+        assert (err <= step * (0.5 + 127 * 2**-11) + 1e-7).all(), name
+        assert err.max() > 0 or want.ndim == 1, name  # 2-D weights were quantized (norms stay F32, exact)
+    assert len(greedy(model, "import ", 8)) == 8
+
+
+def test_the_cli_generates_from_a_gguf_file(gguf_dir: Path, torch_model):
+    r = subprocess.run([sys.executable, "-m", "app", "generate", "--model", str(gguf_dir / "tiny-f32.gguf"),
+                        "--backend", "torch", "--device", "cpu", "--dtype", "float32", "--prompt", "def add(a, b):",
+                        "--temperature", "0", "--max-tokens", "6", "--json"],
+                       capture_output=True, text=True, timeout=180, env=ENV)
+    assert r.returncode == 0, r.stderr
+    ids = [json.loads(line)["token_id"] for line in r.stdout.splitlines()[:-1]]
+    assert ids == greedy(torch_model, "def add(a, b):", 24)[: len(ids)] and ids
+
+
+# -- what cannot be opened: one line each ----------------------------------------------------------------------
+
+
+def damaged(src: Path, dst: Path, how: str) -> Path:
+    data = src.read_bytes()
+    header_end = data.index(b"blk.0.attn_k.weight")  # inside the tensor table
+    dst.write_bytes({
+        "empty": b"",
+        "wrong magic": b"GGML" + data[4:],
+        "a safetensors file renamed": (16).to_bytes(8, "little") + b'{"a": 1}        ',
+        "cut in the header": data[:header_end],
+        "cut in the tensors": data[: len(data) * 2 // 3],
+        "cut by one byte": data[:-1],
+        "a string longer than the file": data[:24] + (2**40).to_bytes(8, "little") + data[32:],
+        "version 7": data[:4] + (7).to_bytes(4, "little") + data[8:],
+    }[how])
+    return dst
+
+
+@pytest.mark.parametrize(("how", "message"), [
+    ("empty", "is empty (0 bytes)"),
+    ("wrong magic", "is not a GGUF file: it starts with b'GGML'"),
+    ("a safetensors file renamed", "is not a GGUF file"),
+    ("cut in the header", "has a damaged or truncated header"),
+    ("cut in the tensors", "is truncated: its tensors need"),
+    ("cut by one byte", "is truncated: its tensors need"),
+    ("a string longer than the file", "has a damaged or truncated header"),
+    ("version 7", "is GGUF version 7"),
+])
+def test_a_damaged_gguf_is_refused_in_one_line_before_any_framework_reads_it(gguf_dir: Path, tmp_path: Path,
+                                                                           how: str, message: str):
+    from backends.torch_backend import TorchBackend
+
+    bad = damaged(gguf_dir / "tiny-f32.gguf", tmp_path / "model.gguf", how)
+    with pytest.raises(ModelLoadError) as e:
+        TorchBackend().load(bad, CPU32)
+    assert message in str(e.value) and "model.gguf" in str(e.value)
+    assert "\n" not in str(e.value)
+    [entry] = scan_folder(tmp_path)  # still listed, so the user sees it, but loadable by nothing
+    assert entry.model_type == "?" and entry.backends == ()
+
+
+def test_the_cli_names_the_damaged_file_in_one_line(gguf_dir: Path, tmp_path: Path):
+    bad = damaged(gguf_dir / "tiny-f32.gguf", tmp_path / "model.gguf", "cut in the tensors")
+    r = subprocess.run([sys.executable, "-m", "app", "generate", "--model", str(bad), "--backend", "torch",
+                        "--prompt", "x"], capture_output=True, text=True, timeout=180, env=ENV)
+    assert r.returncode == 1 and r.stdout == "" and "Traceback" not in r.stderr
+    assert r.stderr.splitlines()[-1].startswith("logitlab: error: model.gguf is truncated: its tensors need")
+
+
+def rewritten(src: Path, dst: Path, **metadata) -> Path:
+    """A copy of a GGUF with some metadata replaced (None: removed), written again by the gguf package."""
+    reader = gguf.GGUFReader(src)
+    arch = metadata.pop("architecture", "llama")
+    w = gguf.GGUFWriter(str(dst), arch)
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture" or metadata.get(key, "") is None:
+            continue
+        vtype = field.types[0]
+        value = metadata.get(key, field.contents())
+        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+        w.add_key_value(key.replace("llama.", f"{arch}."), value, vtype, sub_type=sub)
+    for t in reader.tensors:
+        w.add_tensor(t.name, np.array(t.data), raw_shape=tuple(reversed(t.shape.tolist())), raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return dst
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"architecture": "deepseek2"}, "is a 'deepseek2' model: transformers cannot load GGUF files of that"),
+    ({"tokenizer.ggml.model": None, "tokenizer.ggml.tokens": None}, "has no tokenizer in its metadata"),
+    ({"llama.block_count": 0}, "llama.block_count is 0; it must be a whole number of at least 1"),
+    ({"name": "odd-00001-of-00002.gguf"}, "is one part of a split GGUF, and transformers loads whole files only"),
+])
+def test_a_gguf_torch_cannot_read_says_why(gguf_dir: Path, tmp_path: Path, change: dict, message: str):
+    from backends.torch_backend import TorchBackend
+
+    name = change.pop("name", "odd.gguf")
+    path = rewritten(gguf_dir / "tiny-f32.gguf", tmp_path / name, **change)
+    with pytest.raises(ModelLoadError, match=message):
+        TorchBackend().load(path, CPU32)
+    assert scan_folder(tmp_path)[0].backends == ()
+
+
+def test_mlx_refuses_a_gguf_file_and_points_to_torch(gguf_dir: Path):
+    pytest.importorskip("mlx_lm")
+    from backends.mlx_backend import MlxBackend
+
+    with pytest.raises(ModelLoadError, match=r"tiny-f32.gguf is a GGUF file, which the MLX backend cannot load: "
+                                             r"open it with the torch backend \(--backend torch"):
+        MlxBackend().load(gguf_dir / "tiny-f32.gguf", LoadOptions())
+
+
+# -- finding GGUF files: the HF cache, the user's folders, the picker ------------------------------------------
+
+
+def test_the_hf_cache_listing_finds_gguf_repos_and_names_them_by_repo_and_file(gguf_dir: Path, tmp_path: Path):
+    cache = tmp_path / "hub"
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    shutil.copy(gguf_dir / "tiny-f32.gguf", repo / "tiny-f32.gguf")
+    (repo / "README.md").write_text("a GGUF repo has no config.json")
+    snapshot = place_in_hf_cache(cache, "someone/Tiny-GGUF", repo)
+    (snapshot / "q8").mkdir()  # repos keep some quantizations in folders
+    blob = snapshot.parents[1] / "blobs" / "q8"
+    shutil.copy(gguf_dir / "tiny-q8_0.gguf", blob)
+    (snapshot / "q8" / "tiny-q8_0.gguf").symlink_to(os.path.relpath(blob, snapshot / "q8"))
+    entries = scan_cache(cache)
+    assert [e.label for e in entries] == ["someone/Tiny-GGUF/q8/tiny-q8_0.gguf", "someone/Tiny-GGUF/tiny-f32.gguf"]
+    q8, f32 = entries
+    assert f32.source == str(snapshot / "tiny-f32.gguf")  # what to type: the file, which `resolve` opens as is
+    assert f32.size_bytes == (gguf_dir / "tiny-f32.gguf").stat().st_size
+    assert (f32.model_type, f32.backends, f32.quantization) == ("llama", ("torch",), "GGUF F32")
+    assert q8.quantization == "GGUF Q8_0" and q8.size_bytes < f32.size_bytes / 3
+
+
+def test_a_users_folder_lists_gguf_files_and_model_folders_three_levels_down(gguf_dir: Path, tiny_path: Path,
+                                                                           tmp_path: Path):
+    (tmp_path / "lmstudio" / "someone" / "Tiny-GGUF").mkdir(parents=True)
+    shutil.copy(gguf_dir / "tiny-q8_0.gguf", tmp_path / "lmstudio" / "someone" / "Tiny-GGUF")
+    shutil.copytree(tiny_path, tmp_path / "lmstudio" / "tiny-llama")
+    (tmp_path / "lmstudio" / "a" / "b" / "c" / "d").mkdir(parents=True)
+    shutil.copy(gguf_dir / "tiny-f32.gguf", tmp_path / "lmstudio" / "a" / "b" / "c" / "d")  # four levels down
+    (tmp_path / "lmstudio" / ".hidden").mkdir()
+    shutil.copy(gguf_dir / "tiny-f32.gguf", tmp_path / "lmstudio" / ".hidden")
+    entries = scan_folder(tmp_path / "lmstudio")
+    assert [(e.label, e.backends) for e in entries] == [
+        ("someone/Tiny-GGUF/tiny-q8_0.gguf", ("torch",)),
+        ("", ("mlx", "torch")),
+    ]
+    assert entries[1].source == str(tmp_path / "lmstudio" / "tiny-llama")
+
+
+def test_logitlab_models_lists_the_folders_it_is_given(gguf_dir: Path, tmp_path: Path, capsys):
+    assert models_main(["--cache-dir", str(tmp_path / "empty"), "--folder", str(gguf_dir)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["model", "size", "type", "backends", "quantization"]
+    assert [line.split()[0] for line in lines[1:]] == [str(gguf_dir / n) for n in ("tiny-f32.gguf", "tiny-q8_0.gguf")]
+    assert lines[1].split()[3:] == ["llama", "torch", "GGUF", "F32"]
+    assert models_main(["--cache-dir", str(tmp_path / "empty"), "--folder", str(tmp_path / "nope")]) == 2
+    assert capsys.readouterr().err.strip() == f"logitlab models: error: no folder {tmp_path / 'nope'}"
+
+
+def test_the_picker_lists_the_users_folders_and_adds_one(qtbot, gguf_dir: Path, tiny_path: Path, tmp_path: Path):
+    from app.ui.model_picker import ModelPicker
+
+    more = tmp_path / "more"
+    more.mkdir()
+    shutil.copy(gguf_dir / "tiny-q8_0.gguf", more / "other.gguf")
+    picker = ModelPicker([], cache_dir=str(tmp_path / "empty"), folders=[str(gguf_dir)])
+    qtbot.addWidget(picker)
+    names = [picker.table.item(r, 0).text() for r in range(picker.table.rowCount())]
+    assert names[1:] == ["tiny-f32.gguf", "tiny-q8_0.gguf"]
+    assert picker.table.item(1, 3).text() == "torch" and picker.table.item(2, 4).text() == "GGUF Q8_0"
+    picker.open_folder(str(more))  # a folder of models: listed, its first selected, remembered
+    assert picker.table.item(3, 0).text() == "other.gguf" and picker.choice == str(more / "other.gguf")
+    assert picker.folders == [str(gguf_dir), str(more)] and picker.hint.text() == f"1 model in {more}"
+    picker.open_folder(str(tmp_path / "empty"))
+    assert picker.hint.text().startswith("No model folders or .gguf files in") and picker.table.rowCount() == 4
+    picker.open_folder(str(tiny_path))  # a model folder itself: chosen
+    assert picker.choice == str(tiny_path) and picker.result() == picker.DialogCode.Accepted
+
+
+# -- the memory check and the tables kept in step with the libraries -------------------------------------------
+
+
+def test_the_memory_check_counts_a_gguf_dequantized_to_float32(gguf_dir: Path, torch_model):
+    for name in ("tiny-f32.gguf", "tiny-q8_0.gguf"):
+        est = estimate_memory(gguf_dir / name)
+        assert est.parameters == torch_model.info.parameters
+        assert est.weight_bytes == 4 * est.parameters
+        assert est.kv_bytes_per_1k_tokens == 1000 * torch_model.info.kv_bytes_per_token // 2  # float16 budget
+
+
+def test_the_header_reader_agrees_with_the_gguf_package(gguf_dir: Path):
+    for name in ("tiny-f32.gguf", "tiny-q8_0.gguf"):
+        ours, theirs = read_gguf(gguf_dir / name), gguf.GGUFReader(gguf_dir / name)
+        assert [(t.name, t.shape, t.type) for t in ours.tensors] == [
+            (t.name, tuple(int(d) for d in t.shape), int(t.tensor_type)) for t in theirs.tensors]
+        assert ours.parameters == sum(int(t.n_elements) for t in theirs.tensors)
+        for key, field in theirs.fields.items():
+            if not key.startswith("GGUF."):
+                value = field.contents()
+                assert ours.metadata[key] == (len(value) if isinstance(value, list) else value), key
+
+
+def test_the_tables_match_the_installed_libraries():
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    renamed = {"qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe", "gpt-oss": "gpt_oss"}  # transformers' own names
+    assert {renamed.get(a, a) for a in TRANSFORMERS_TYPES} <= set(GGUF_SUPPORTED_ARCHITECTURES)
+    for t, (name, per_block, nbytes) in GGML_TYPES.items():
+        qtype = gguf.GGMLQuantizationType(t)
+        assert qtype.name == name and gguf.GGML_QUANT_SIZES[qtype] == (per_block, nbytes)
