@@ -94,7 +94,7 @@ class Sessions(QObject):
         w.sampler.changed.connect(self.changed)
         w.model_bar.model.currentTextChanged.connect(self.changed)
         w.model_bar.backend.currentIndexChanged.connect(self.changed)
-        pg.busy_changed.connect(lambda busy: busy or self.changed())  # a run finished
+        pg.session_changed.connect(self.changed)  # a run added, finished, renamed or deleted
         pg.session_replaced.connect(self.changed)
 
     def _started(self) -> None:
@@ -123,8 +123,7 @@ class Sessions(QObject):
         return self._saved is not None and self.state() != self._saved
 
     def changed(self) -> None:
-        """Something in the session may have changed: redo the title's mark and autosave a little later. Whoever
-        changes the session other than through the widgets wired here (a rename, a deletion) calls this."""
+        """Something in the session may have changed: redo the title's mark and autosave a little later."""
         if self._saved is None or self._closed:
             return
         self._show_title()
