@@ -15,11 +15,14 @@ from backends.base import Backend, LoadedModel, LoadOptions, ModelInfo, ModelLoa
 __all__ = ["Backend", "LoadOptions", "LoadedModel", "ModelInfo", "ModelLoadError", "get_backend", "installed"]
 
 BACKENDS = {"mlx": ("backends.mlx_backend", "MlxBackend", "mlx_lm"), "torch": ("backends.torch_backend",
-            "TorchBackend", "transformers")}
-INSTALL_HINT = {"mlx": 'pip install "logitlab[mlx]"', "torch": 'pip install "logitlab[torch]"'}
+            "TorchBackend", "transformers"), "remote": ("backends.remote", "RemoteBackend", "httpx")}
+INSTALL_HINT = {"mlx": 'pip install "logitlab[mlx]"', "torch": 'pip install "logitlab[torch]"',
+                "remote": "pip install httpx"}
 
 
 def installed(name: str) -> bool:
+    if name == "remote":  # an OpenAI-compatible server: only an HTTP client here
+        return importlib.util.find_spec("httpx") is not None
     if name == "torch":
         return all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers"))
     return all(importlib.util.find_spec(m) is not None for m in ("mlx", "mlx_lm"))
@@ -32,7 +35,7 @@ def apple_silicon() -> bool:
 def resolve_name(name: str) -> str:
     if name != "auto":
         if name not in BACKENDS:
-            raise ModelLoadError(f"unknown backend {name!r}: choose auto, mlx or torch")
+            raise ModelLoadError(f"unknown backend {name!r}: choose auto, mlx, torch or remote")
         if not installed(name):
             raise ModelLoadError(f"the {name} backend is not installed: {INSTALL_HINT[name]}")
         return name

@@ -218,6 +218,9 @@ def generate(model: LoadedModel, request: Request, cancel: threading.Event,
     """A branch (`request.inherited`) starts after its parent's first k steps: they are prefilled (mostly from
     the `Prefix` cache), taken into its trace and re-sent as its first Step events, and its draws continue the
     seed's sequence at step k (the same uniform per step as its parent); `request.force` is taken at step k."""
+    if getattr(model, "remote", False):  # a server samples by itself: app/core/remote_run.py
+        from app.core.remote_run import run_remote
+        return (yield from run_remote(model, request, cancel))  # type: ignore[arg-type]
     clock = Clock()
     ids, text = build_prompt(model.tokenizer, request, model.info.context_length)
     inherited = list(request.inherited)

@@ -21,6 +21,7 @@ from app.core.events import Event, Failed, Finished, Loaded, Loading, Request, S
 from app.core.generation import Prefix, PromptError, build_prompt, generate
 from app.core.metrics import Metrics
 from app.core.models import Cancelled, ModelSpec, resolve
+from app.core.remote_run import load_remote
 from app.core.sampling import NoValidTokenError
 from app.core.settings import SettingsError
 from app.core.surprisal import score
@@ -123,6 +124,10 @@ class ModelThread:
         self._unload()
         t0 = time.perf_counter()
         self.events.put(Loading(rid, f"Finding {spec.label}…"))
+        if spec.is_remote:  # a server: nothing to find, download or fit in memory
+            self._model, self._spec = load_remote(spec), spec
+            self.events.put(Loaded(rid, self._model.info, time.perf_counter() - t0, None))
+            return self._model, True
 
         def progress(done: int, total: int) -> None:
             self.events.put(Loading(rid, f"Downloading {spec.label}…", done, total))

@@ -34,10 +34,20 @@ class ModelSpec:
     options: LoadOptions = field(default_factory=LoadOptions)
     # Only how the model is found, not which model it is: a model loaded online is the same one offline.
     offline: bool = field(default=False, compare=False)
+    # backend "remote": an OpenAI-compatible server, and `source` is its model name ("" or "builtin": the one it
+    # serves). The API key is never here: it is read from the environment variable `api_key_env` when named,
+    # else from the keychain (app/core/secrets.py). `concurrency` bounds the requests of N samples in flight.
+    base_url: str = ""
+    api_key_env: str | None = None
+    concurrency: int = field(default=4, compare=False)
 
     @property
     def label(self) -> str:
-        return model_label(self.source)
+        return f"{self.source} at {self.base_url}" if self.is_remote else model_label(self.source)
+
+    @property
+    def is_remote(self) -> bool:
+        return self.backend == "remote"
 
 
 def is_builtin(source: str) -> bool:

@@ -1,0 +1,277 @@
+"""A run on an OpenAI-compatible server: the same events as `generation.generate` (Prefilled, one Step per token
+with a partial record, Finished with a RunTrace), made from the server's stream of tokens and log-probabilities.
+
+The server samples. It gets the settings it can take (`server_params`); `SERVER_NOTES` says which it ignores or
+cannot express, for the sampler panel to show. Each step records what the server reported (`Sample.partial`:
+its top log-probabilities, stages not observed). N samples run as concurrent requests, at most
+`ModelSpec.concurrency` at once. Stop closes the streams within one token. An error ends the run with reason
+"error", its tokens kept, after one `Failed` line. A branch sends its prefix (inherited steps, forced token) as
+the prompt. No threads outlive a run's need: each request's reader is a daemon thread that exits on stop.
+"""
+
+from __future__ import annotations
+
+import queue
+import secrets
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from app.core.events import Event, Failed, Finished, FinishReason, Message, Prefilled, Request, Step
+from app.core.metrics import Clock
+from app.core.models import ModelSpec, is_builtin
+from app.core.secrets import api_key
+from app.core.settings import MAX_SEED, SamplerSettings
+from app.core.trace import RunTrace, Sample, StepTrace
+from backends.remote import End, RemoteError, RemoteModel, where
+from backends.remote_tokens import Token
+
+REPORTED = "raw"  # vLLM, llama.cpp's server and mlx_lm.server report the model's log-probabilities before sampling
+POLL_S = 0.05  # how often the run checks Stop while waiting for a token
+
+SERVER_NOTES = {
+    "top_k": "sent as top_k: vLLM, llama.cpp and mlx_lm.server apply it; OpenAI's own API refuses it",
+    "min_p": "sent as min_p: vLLM, llama.cpp and mlx_lm.server apply it; OpenAI's own API refuses it",
+    "repetition_penalty": "sent as repetition_penalty; servers differ in which tokens it counts (mlx_lm.server: "
+                          "the last 20)",
+    "order": "not sent: the server applies its stages in its own order (mlx_lm, llama.cpp: temperature last; "
+             "vLLM: temperature first)",
+    "seed": "sent: the server draws its own random numbers, so a seed repeats a server's run, not a local one",
+}
+
+
+def server_params(settings: SamplerSettings, seed: int, max_tokens: int | None = None) -> dict[str, Any]:
+    """The request fields for `settings`: the OpenAI ones, and the common extensions only when they are on
+    (a server that does not know them refuses them with its own message)."""
+    s = settings
+    params: dict[str, Any] = {"temperature": s.temperature, "max_tokens": max_tokens or s.max_tokens, "seed": seed}
+    if s.top_p < 1:
+        params["top_p"] = max(s.top_p, 1e-6)  # ours: 0 keeps one token (mlx-lm reads 0 as off, vLLM refuses it)
+    if s.top_k:
+        params["top_k"] = s.top_k
+    if s.min_p:
+        params["min_p"] = s.min_p
+    if s.repetition_penalty != 1:
+        params["repetition_penalty"] = s.repetition_penalty
+    if s.frequency_penalty:
+        params["frequency_penalty"] = s.frequency_penalty
+    if s.presence_penalty:
+        params["presence_penalty"] = s.presence_penalty
+    if s.stop:
+        params["stop"] = list(s.stop)
+    return params
+
+
+def load_remote(spec: ModelSpec, timeout: float | None = None) -> RemoteModel:
+    """Connect to the spec's server and check that it serves the model ("" or "builtin": the one it serves)."""
+    from backends.remote import TIMEOUT_S, RemoteBackend
+
+    if not spec.base_url:
+        raise RemoteError("the remote backend needs the server's base URL (e.g. http://127.0.0.1:8080/v1)")
+    key = api_key(spec.base_url, spec.api_key_env)
+    model = RemoteBackend().connect(spec.base_url, "" if is_builtin(spec.source) else spec.source, key,
+                                    timeout or TIMEOUT_S)
+    try:
+        served = model.models()
+    except RemoteError as e:
+        if model.model and e.status in (200, 404):
+            return model  # a server without a (readable) model list may still complete: its answer will say
+        model.close()
+        raise
+    names = [m["id"] for m in served]
+    if not model.model and len(names) != 1:
+        model.close()
+        raise RemoteError(f"{where(model.base_url)} serves {len(names)} models: choose one of {', '.join(names)}")
+    model.model = model.model or names[0]
+    if names and model.model not in names:
+        model.close()
+        raise RemoteError(f"{where(model.base_url)} has no model {model.model!r}; it serves: {', '.join(names[:8])}")
+    entry = next(m for m in served if m["id"] == model.model) if names else {}
+    model.info = replace(model.info, name=model.model, context_length=int(entry.get("max_model_len") or 0))
+    return model
+
+
+CONTINUE = {"continue_final_message": True, "add_generation_prompt": False}  # vLLM: go on with the last message
+
+
+def _prompt(model: RemoteModel, request: Request) -> tuple[str, list[dict] | None, dict[str, Any]]:
+    """What the server continues: the prompt (or the chat) and the inherited steps' text after it, and the extra
+    request fields that says so for a chat (the prefix is the start of the assistant's answer)."""
+    if request.prompt_ids is not None:
+        raise RemoteError("a server takes its prompt as text, not token ids")
+    prompt, messages = request.prompt, None
+    if request.messages is not None:
+        messages = [{"role": m.role, "content": m.content} for m in request.messages]
+    return _continue(prompt, messages, "".join(st.text for st in request.inherited))
+
+
+def _continue(prompt: str, messages: list[dict] | None, text: str) -> tuple[str, list[dict] | None, dict]:
+    if messages is None:
+        return prompt + text, None, {}
+    if not text:
+        return prompt, messages, {}
+    if messages[-1]["role"] == "assistant":
+        return prompt, [*messages[:-1], {"role": "assistant", "content": messages[-1]["content"] + text}], CONTINUE
+    return prompt, [*messages, {"role": "assistant", "content": text}], CONTINUE
+
+
+def _chat_text(messages: Sequence[Message]) -> str:
+    """The chat as a person reads it (the server applies its own template, which we do not see)."""
+    return "\n".join(f"[{m.role}] {m.content}" for m in messages)
+
+
+def _forced_step(model: RemoteModel, request: Request, prompt: str, messages: list[dict] | None, extra: dict,
+                 seed: int) -> StepTrace:
+    """The forced token's step: the server's distribution at the branch point (asked for with one token) and
+    the token the branch chose there."""
+    clock = Clock()
+    clock.prefilled()
+    params = {**server_params(request.settings, seed, 1), **extra}
+    probe = [t for t in model.complete(params, prompt=None if messages else prompt, messages=messages,
+                                       top_n=request.top_n) if isinstance(t, Token)]
+    seen = probe[0].top if probe else ()
+    top = seen[: request.top_n]
+    logprob = next((c.logprob for c in seen if c.id == request.force), None)
+    sample = Sample.partial(request.force, logprob, [c.id for c in top], [c.logprob for c in top], REPORTED)
+    text = model.tokenizer.token_text(request.force)
+    return StepTrace(len(request.inherited), sample, text, tuple(c.text for c in top), clock.token())
+
+
+def _new_trace(model: RemoteModel, request: Request, seed: int, run_id: int, text: str) -> RunTrace:
+    trace = RunTrace(prompt_ids=[], settings=request.settings, seed=seed, prompt_text=text)
+    trace.run_id, trace.parent = run_id, request.parent
+    trace.model = {"name": model.model, "backend": "remote", "source": request.model.source,
+                   "server": where(model.base_url)}
+    return trace
+
+
+def _fork_clock(clock: Clock) -> Clock:
+    """A clock for one sample, started with the request (its time to first token counts from the request)."""
+    c = Clock(now=clock.now)
+    c.start, c.prefilled_at = clock.start, clock.prefilled_at
+    return c
+
+
+@dataclass
+class _Run:
+    """One sample: its trace and clock, and how it ended."""
+
+    id: int
+    sequence: int
+    trace: RunTrace
+    clock: Clock
+    reason: FinishReason | None = None
+    prompt_tokens: int = 0
+    steps: list[StepTrace] = field(default_factory=list)
+
+
+def run_remote(model: RemoteModel, request: Request, cancel: threading.Event) -> Iterator[Event]:
+    """The events of `request` run on the server (see the module's docstring)."""
+    s = request.settings
+    seed = s.seed if s.seed is not None else secrets.randbelow(MAX_SEED + 1)
+    clock = Clock()
+    prompt, messages, extra = _prompt(model, request)
+    shown = request.prompt if request.messages is None else _chat_text(request.messages)
+    yield Prefilled(request.id, (), shown, seed, clock.prefilled())
+    runs = [_Run(rid, i, _new_trace(model, request, (seed + i) % (MAX_SEED + 1), rid, shown), _fork_clock(clock))
+            for i, rid in enumerate(request.run_ids)]
+    for run in runs:
+        for st in request.inherited:
+            yield _step(request, run, st)
+    if request.force is not None:
+        try:
+            forced = _forced_step(model, request, prompt, messages, extra, seed)
+        except RemoteError as e:
+            yield from _fail_all(request, runs, str(e))
+            return
+        prompt, messages, extra = _continue(prompt, messages, forced.text)
+        for run in runs:
+            yield _step(request, run, forced)
+    yield from _stream_all(model, request, runs, prompt, messages, extra, cancel)
+
+
+def _stream_all(model: RemoteModel, request: Request, runs: list[_Run], prompt: str, messages: list | None,
+                extra: dict, cancel: threading.Event) -> Iterator[Event]:
+    """Start one request per sample (at most `concurrency` at once) and turn what arrives into events."""
+    inbox: queue.Queue[tuple[int, Token | End | RemoteError]] = queue.Queue()
+    stop, gate = threading.Event(), threading.BoundedSemaphore(max(1, request.model.concurrency))
+    left = request.settings.max_tokens - (request.force is not None)
+    for run in runs:
+        params = {**server_params(request.settings, run.trace.seed, max(left, 1)), **extra}
+        threading.Thread(target=_read, args=(model, params, prompt, messages, request.top_n, run.sequence, inbox,
+                                             stop, gate), daemon=True, name=f"logitlab-remote-{run.id}").start()
+    open_runs = {run.sequence: run for run in runs}
+    if left < 1:  # the forced token was the last one asked for
+        stop.set()
+        for run in runs:
+            yield _finish(request, run, "length")
+        return
+    while open_runs:
+        if cancel.is_set():
+            stop.set()
+            for run in open_runs.values():
+                yield _finish(request, run, "cancelled")
+            return
+        try:
+            i, item = inbox.get(timeout=POLL_S)
+        except queue.Empty:
+            continue
+        run = open_runs[i]
+        if isinstance(item, Token):
+            yield _step(request, run, _record(item, len(run.steps), run.clock.token(), request.top_n))
+        elif isinstance(item, End):
+            run.prompt_tokens = item.prompt_tokens or 0
+            yield _finish(request, open_runs.pop(i), _reason(item, request.settings))
+        else:
+            yield Failed(request.id, str(item))
+            yield _finish(request, open_runs.pop(i), "error")
+
+
+def _read(model: RemoteModel, params: dict, prompt: str, messages: list | None, top_n: int, sequence: int,
+          inbox: queue.Queue, stop: threading.Event, gate: threading.BoundedSemaphore) -> None:
+    """One sample's request, on its own thread: every token, then its End or its error, into `inbox`."""
+    with gate:
+        if stop.is_set():
+            return
+        try:
+            for item in model.complete(params, prompt=prompt if messages is None else None, messages=messages,
+                                       top_n=top_n, stop=stop):
+                inbox.put((sequence, item))
+        except RemoteError as e:
+            inbox.put((sequence, e))
+        except Exception as e:  # noqa: BLE001 - reported on the run's channel, never lost on a thread
+            inbox.put((sequence, RemoteError(f"unexpected error reading the server: {type(e).__name__}: {e}")))
+
+
+def _record(token: Token, step: int, seconds: float, top_n: int) -> StepTrace:
+    top = token.top[:top_n]
+    sample = Sample.partial(token.id, token.logprob, [c.id for c in top], [c.logprob for c in top], REPORTED)
+    return StepTrace(step, sample, token.text, tuple(c.text for c in top), seconds)
+
+
+def _step(request: Request, run: _Run, st: StepTrace) -> Step:
+    run.steps.append(st)
+    run.trace.steps.append(st)
+    return Step(request.id, st.step, st.token_id, st.text, st, 0, run.id, run.sequence)
+
+
+def _finish(request: Request, run: _Run, reason: FinishReason) -> Finished:
+    metrics = run.clock.metrics(run.prompt_tokens, 0)
+    run.trace.finish_reason, run.trace.metrics = reason, metrics
+    return Finished(request.id, reason, metrics, run.trace, run.id, run.sequence)
+
+
+def _fail_all(request: Request, runs: list[_Run], message: str) -> Iterator[Event]:
+    yield Failed(request.id, message)
+    for run in runs:
+        yield _finish(request, run, "error")
+
+
+def _reason(end: End, settings: SamplerSettings) -> FinishReason:
+    """Ours for the server's: "stop" is a stop string when vLLM names one (or we sent some), else end of text."""
+    if end.reason == "length":
+        return "length"
+    if isinstance(end.stop_reason, str) or (end.stop_reason is None and settings.stop and end.reason == "stop"):
+        return "stop"
+    return "eos"

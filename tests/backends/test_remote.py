@@ -1,0 +1,379 @@
+"""The remote backend against a real mlx_lm.server on the built-in model (started here, on 127.0.0.1), and
+against a scripted server (tests/remote_fake.py) for what a real one will not do on demand: stream
+log-probabilities the standard way, refuse, rate-limit, fail, send malformed SSE, cut a stream, stall."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+
+import httpx
+import numpy as np
+import pytest
+
+from app.core.events import Failed, Finished, Loaded, Prefilled, Request, Step
+from app.core.generation import generate
+from app.core.model_thread import ModelThread
+from app.core.models import BUILTIN_PATH, ModelSpec
+from app.core.remote_run import load_remote, server_params
+from app.core.settings import SamplerSettings
+from app.core.trace import RunTrace
+from backends import installed
+from backends.base import LoadOptions
+from backends.remote import RemoteError, RemoteModel
+from backends.remote_tokens import align, token_bytes
+from tests.remote_fake import TOKENS, chunk, entry, fake_server, stream_tokens
+
+GREEDY = SamplerSettings(temperature=0, max_tokens=10)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[subprocess.Popen, str]]:
+    """mlx_lm.server on the built-in model folder, starting (it boots while the local model loads)."""
+    if not installed("mlx"):
+        pytest.skip("mlx-lm is not installed")
+    port = free_port()
+    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path_factory.mktemp("hf-cache")), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "mlx_lm.server", "--model", str(BUILTIN_PATH), "--host",
+                             "127.0.0.1", "--port", str(port)], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    try:
+        yield proc, f"http://127.0.0.1:{port}/v1"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+
+
+@pytest.fixture(scope="module")
+def server(server_process, local) -> str:
+    """The server's base URL, once it answers (within 90 s)."""
+    proc, url = server_process
+    deadline = time.monotonic() + 90
+    while True:
+        if proc.poll() is not None:
+            pytest.fail(f"mlx_lm.server exited: {proc.stderr.read().decode()[-500:]}")
+        try:
+            if httpx.get(f"{url}/models", timeout=1).status_code == 200:
+                return url
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail("mlx_lm.server did not answer within 90 s")
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def remote(server: str) -> Iterator[RemoteModel]:
+    model = load_remote(ModelSpec(source="", backend="remote", base_url=server))
+    yield model
+    model.close()
+
+
+@pytest.fixture(scope="module")
+def local(server_process):
+    from backends.mlx_backend import MlxBackend
+
+    return MlxBackend().load(BUILTIN_PATH, LoadOptions())
+
+
+def run(model, request: Request, cancel: threading.Event | None = None) -> list:
+    return list(generate(model, request, cancel or threading.Event()))
+
+
+def steps_of(events: list, sequence: int = 0) -> list[Step]:
+    return [e for e in events if isinstance(e, Step) and e.sequence == sequence]
+
+
+def finished(events: list) -> list[Finished]:
+    return [e for e in events if isinstance(e, Finished)]
+
+
+# a real server -----------------------------------------------------------------------------------------------
+def test_the_server_lists_the_built_in_model_and_it_is_picked(remote: RemoteModel):
+    assert remote.model == str(BUILTIN_PATH)
+    assert [m["id"] for m in remote.models()] == [str(BUILTIN_PATH)]
+    assert remote.info.backend == "remote" and remote.info.name == str(BUILTIN_PATH)
+
+
+@pytest.mark.parametrize("prompt", ["import ", "class Point:\n    def __init__("])
+def test_greedy_tokens_and_top_logprobs_match_the_local_mlx_backend(remote, local, prompt: str):
+    req = dict(prompt=prompt, settings=GREEDY, top_n=10)
+    theirs, ours = steps_of(run(remote, Request(**req))), steps_of(run(local, Request(**req)))
+    assert [s.token_id for s in theirs] == [s.token_id for s in ours]
+    for a, b in zip(theirs, ours, strict=True):
+        sa, sb = a.trace.sample, b.trace.sample
+        assert sa.is_partial and sa.reported == "raw" and sa.rank == 0 and sa.u is None
+        assert a.trace.top_texts[:3] == b.trace.top_texts[:3]
+        # the server computes in bfloat16, we in float32: equal to ~0.01 nats
+        assert np.allclose(np.log(sa.raw_probs[:5]), np.log(sb.raw_probs[:5]), atol=0.02)
+        assert sa.raw_logprob == pytest.approx(sb.raw_logprob, abs=0.02)
+        assert list(sa.top_ids[:3]) == list(sb.top_ids[:3])
+
+
+def test_the_servers_own_entry_token_is_not_the_drawn_one_and_the_backend_survives(server, remote, local):
+    """mlx_lm.server 0.32 names an unsorted top-N's first element as each entry's token; the text is right."""
+    body = {"model": remote.model, "prompt": "import ", "max_tokens": 10, "temperature": 0, "logprobs": True,
+            "top_logprobs": 5}
+    content = httpx.post(f"{server}/completions", json=body, timeout=30).json()["choices"][0]["logprobs"]["content"]
+    drawn = [s.token_id for s in steps_of(run(local, Request(prompt="import ", settings=GREEDY)))]
+    assert any(e["id"] != d for e, d in zip(content, drawn, strict=True))  # the quirk, as seen
+    assert any([t["logprob"] for t in e["top_logprobs"]] != sorted([t["logprob"] for t in e["top_logprobs"]],
+                                                                   reverse=True) for e in content)
+    steps = steps_of(run(remote, Request(prompt="import ", settings=GREEDY, top_n=5)))
+    assert [s.token_id for s in steps] == drawn
+    for s in steps:
+        probs = s.trace.sample.raw_probs
+        assert np.all(np.diff(probs) <= 0)  # sorted here
+
+
+def test_a_top_n_beyond_the_servers_limit_is_negotiated_down(remote):
+    steps = steps_of(run(remote, Request(prompt="import ", settings=GREEDY.with_(max_tokens=2), top_n=20)))
+    assert 1 <= steps[0].trace.top_n <= 11  # mlx_lm.server allows at most 11
+
+
+def test_a_run_through_the_model_thread_keeps_a_partial_trace(server, tmp_path):
+    worker = ModelThread()
+    try:
+        spec = ModelSpec(source="", backend="remote", base_url=server)
+        worker.submit(Request(model=spec, prompt="def f(x):\n", settings=SamplerSettings(max_tokens=8, seed=3)))
+        evs = []
+        while not evs or not isinstance(evs[-1], (Finished, Failed)):
+            evs.append(worker.events.get(timeout=60))
+    finally:
+        assert worker.close()
+    loaded = next(e for e in evs if isinstance(e, Loaded))
+    assert loaded.tokenizer is None and loaded.info.backend == "remote"
+    assert any(isinstance(e, Prefilled) for e in evs)
+    end = evs[-1]
+    assert isinstance(end, Finished) and end.reason in ("length", "eos") and end.trace.seed == 3
+    assert 1 <= len(end.trace.steps) <= 8 and end.metrics.prompt_tokens > 0
+    path = tmp_path / "remote.jsonl"
+    end.trace.save(path)
+    back = RunTrace.load(path)
+    assert back.token_ids == end.trace.token_ids and back.steps[0].sample == end.trace.steps[0].sample
+
+
+def test_n_samples_run_as_concurrent_requests_each_with_its_seed(remote):
+    req = Request(model=ModelSpec(backend="remote", concurrency=2), prompt="import ",
+                  settings=SamplerSettings(temperature=1.0, max_tokens=6, seed=11), n=3)
+    evs = run(remote, req)
+    ends = finished(evs)
+    assert sorted(e.sequence for e in ends) == [0, 1, 2]
+    assert {e.run_id for e in ends} == set(req.run_ids)
+    assert sorted(e.trace.seed for e in ends) == [11, 12, 13]
+    again = finished(run(remote, Request(model=req.model, prompt="import ", settings=req.settings, n=3)))
+    by_seq = {e.sequence: e.trace.token_ids for e in ends}
+    assert {e.sequence: e.trace.token_ids for e in again} == by_seq  # the server honours each sample's seed
+
+
+def test_a_branch_sends_its_prefix_and_its_forced_token_as_the_prompt(remote, local):
+    parent = steps_of(run(remote, Request(prompt="import ", settings=GREEDY, top_n=5)))
+    k = 3
+    forced = int(parent[k].trace.sample.top_ids[1])  # the runner-up at step k
+    branch = Request(prompt="import ", settings=GREEDY, top_n=5, parent=(1, k),
+                     inherited=tuple(s.trace for s in parent[:k]), force=forced)
+    steps = steps_of(run(remote, branch))
+    assert [s.step for s in steps] == list(range(len(steps)))
+    assert [s.trace for s in steps[:k]] == [s.trace for s in parent[:k]]
+    assert steps[k].token_id == forced and steps[k].trace.sample.is_partial
+    assert list(steps[k].trace.sample.top_ids) == list(parent[k].trace.sample.top_ids)  # the same distribution
+    prefix = "import " + "".join(s.text for s in steps[: k + 1])
+    rest = steps_of(run(local, Request(prompt=prefix, settings=GREEDY.with_(max_tokens=GREEDY.max_tokens - 1))))
+    assert [s.token_id for s in steps[k + 1:]] == [s.token_id for s in rest]
+
+
+# a standard streaming server ---------------------------------------------------------------------------------
+def fake_model(url: str, timeout: float = 5.0) -> RemoteModel:
+    return load_remote(ModelSpec(source="fake-model", backend="remote", base_url=url), timeout=timeout)
+
+
+@contextmanager
+def served(behave, timeout: float = 5.0) -> Iterator[tuple]:
+    """A scripted server and the model on it."""
+    with fake_server(behave) as srv, closing(fake_model(srv.url, timeout)) as model:
+        yield srv, model
+
+
+def test_a_standard_stream_gives_one_step_per_token_with_sorted_top_logprobs():
+    with served(stream_tokens(5)) as (srv, model):
+        evs = run(model, Request(prompt="hi", settings=GREEDY.with_(top_k=5, min_p=0.1), top_n=3))
+    steps = steps_of(evs)
+    assert [s.text for s in steps] == [t for t, _, _ in TOKENS[:5]]
+    assert [s.trace.sample.raw_logprob for s in steps] == pytest.approx([lp for _, lp, _ in TOKENS[:5]])
+    assert steps[0].trace.top_texts == ("w0", "x", "y")
+    assert finished(evs)[0].reason == "length"
+    sent = srv.bodies[0]
+    assert sent["stream"] is True and sent["logprobs"] == 3 and sent["top_k"] == 5 and sent["min_p"] == 0.1
+    assert "order" not in sent and sent["temperature"] == 0
+
+
+def test_a_character_split_across_tokens_shows_with_the_token_that_completes_it():
+    rocket = "🚀".encode()
+
+    def behave(h, body):
+        h.start_stream()
+        h.event(chunk("", [entry(rocket[:2], -0.1, [(rocket[:2], -0.1), ("a", -3.0)])]))
+        h.event(chunk("🚀", [entry(rocket[2:], -0.2, [(rocket[2:], -0.2), ("b", -3.0)])]))
+        h.event(chunk("", None, "stop"))
+        h.end_stream()
+
+    with served(behave) as (_, model):
+        steps = steps_of(run(model, Request(prompt="hi", settings=GREEDY)))
+    assert [s.text for s in steps] == ["", "🚀"]
+    assert steps[0].token_id != steps[1].token_id
+
+
+def test_the_legacy_completions_format_is_read_too():
+    def behave(h, body):
+        h.start_stream()
+        for tok, lp in (("a", -0.1), (" b", -0.7)):
+            lps = {"tokens": [tok], "token_logprobs": [lp], "top_logprobs": [{"z": -3.0, tok: lp}]}
+            h.event({"choices": [{"index": 0, "text": tok, "logprobs": lps, "finish_reason": None}]})
+        h.event({"choices": [{"index": 0, "text": "", "finish_reason": "stop"}]})
+        h.end_stream()
+
+    with served(behave) as (_, model):
+        evs = run(model, Request(prompt="hi", settings=GREEDY))
+    steps = steps_of(evs)
+    assert [s.text for s in steps] == ["a", " b"]
+    assert steps[1].trace.top_texts == (" b", "z")  # sorted here
+    assert finished(evs)[0].reason == "eos"
+
+
+def test_stop_closes_the_stream_within_one_token():
+    cancel = threading.Event()
+    with served(stream_tokens(200, delay=0.02)) as (srv, model):
+        got = []
+        for ev in generate(model, Request(prompt="hi", settings=GREEDY.with_(max_tokens=200)), cancel):
+            got.append(ev)
+            if isinstance(ev, Step) and ev.step == 2:
+                cancel.set()
+        assert srv.client_left.wait(5)  # the server saw the connection go
+    end = finished(got)[0]
+    assert end.reason == "cancelled" and 3 <= len(end.trace.steps) <= 4
+    assert [s.text for s in end.trace.steps[:3]] == ["w0", "w1", "w2"]
+
+
+# failures: one clear line, the run ends "error" with the tokens it got ----------------------------------------
+def fails(behave, timeout: float = 5.0, tokens: int = 0) -> str:
+    with served(behave, timeout) as (_, model):
+        evs = run(model, Request(prompt="hi", settings=GREEDY.with_(max_tokens=50)))
+    failed = [e for e in evs if isinstance(e, Failed)]
+    assert len(failed) == 1 and "\n" not in failed[0].message and "Traceback" not in failed[0].message
+    end = finished(evs)
+    assert len(end) == 1 and end[0].reason == "error"
+    assert [s.text for s in end[0].trace.steps] == [t for t, _, _ in TOKENS[:tokens]]
+    return failed[0].message
+
+
+def status(code: int, payload, headers: dict | None = None):
+    return lambda h, body: h.answer(code, payload, headers)
+
+
+@pytest.mark.parametrize(("code", "words"), [(401, "refused the API key"), (403, "forbids this key"),
+                                             (404, "has no model 'fake-model'"), (500, "failed (HTTP 500"),
+                                             (503, "failed (HTTP 503")])
+def test_an_http_error_gives_one_clear_line(code: int, words: str):
+    message = fails(status(code, {"error": {"message": "server says no"}}))
+    assert words in message and "server says no" in message
+
+
+def test_429_says_when_to_retry():
+    with (served(status(429, {"error": "slow down"}, {"Retry-After": "7"})) as (_, model),
+          pytest.raises(RemoteError, match=r"rate-limiting.*wait 7 s.*slow down") as e):
+        list(model.complete(server_params(GREEDY, 1), prompt="hi"))
+    assert e.value.retry_after == 7
+
+
+def test_a_server_that_returns_no_logprobs_is_told_apart():
+    def behave(h, body):
+        if body["stream"]:
+            h.start_stream()
+            h.event(chunk("hello", None))
+            h.event(chunk("", None, "stop"))
+            h.end_stream()
+        else:
+            h.answer(200, chunk("hello", None, "stop"))
+
+    assert "returned no log-probabilities" in fails(behave)
+
+
+def test_malformed_sse_mid_run_keeps_the_tokens_before_it():
+    assert "malformed" in fails(stream_tokens(2, then=lambda h: h.event("{not json")), tokens=2)
+
+
+def test_a_stream_cut_mid_run_keeps_its_tokens():
+    assert "closed the connection mid-stream (after 3 tokens)" in fails(stream_tokens(3, then=lambda h: h.cut()),
+                                                                         tokens=3)
+
+
+def test_a_server_that_stalls_times_out_with_its_tokens():
+    message = fails(stream_tokens(2, then=lambda h: time.sleep(1.5)), timeout=0.3, tokens=2)
+    assert "stopped answering for 0.3 s (after 2 tokens)" in message
+
+
+def test_connection_refused_is_one_line():
+    with pytest.raises(RemoteError, match="connection refused"):
+        fake_model(f"http://127.0.0.1:{free_port()}/v1")
+
+
+def test_a_server_without_the_model_lists_what_it_serves():
+    with fake_server(stream_tokens(1)) as srv, pytest.raises(RemoteError, match="it serves: fake-model"):
+        load_remote(ModelSpec(source="llama-70b", backend="remote", base_url=srv.url))
+
+
+def test_a_bad_base_url_is_refused_before_any_request():
+    with pytest.raises(RemoteError, match="must look like http"):
+        load_remote(ModelSpec(source="m", backend="remote", base_url="localhost:8000"))
+
+
+def test_the_api_key_is_sent_and_never_shown(monkeypatch):
+    monkeypatch.setenv("LOGITLAB_TEST_KEY", "sk-secret-123")
+    with fake_server(status(401, {"error": "bad key"})) as srv:
+        spec = ModelSpec(source="fake-model", backend="remote", base_url=srv.url, api_key_env="LOGITLAB_TEST_KEY")
+        with closing(load_remote(spec)) as model:
+            evs = run(model, Request(model=spec, prompt="hi", settings=GREEDY))
+    assert srv.auth == ["Bearer sk-secret-123"]
+    message = next(e for e in evs if isinstance(e, Failed)).message
+    assert "sk-secret" not in message + repr(model) + repr(spec) + str(finished(evs)[0].trace.model)
+
+
+# reading tokens ----------------------------------------------------------------------------------------------
+def test_token_bytes_read_each_servers_naming():
+    assert token_bytes("Ġimport") == b" import"
+    assert token_bytes("Ċ") == b"\n"
+    assert token_bytes("▁import") == b" import"
+    assert token_bytes("<0x0A>") == b"\n"
+    assert token_bytes("bytes:\\xe2\\x80") == b"\xe2\x80"
+    assert token_bytes("x", [240, 159]) == b"\xf0\x9f"
+    assert token_bytes("plain") == b"plain"
+
+
+def test_align_backtracks_to_the_split_that_spells_the_text():
+    from backends.remote_tokens import _Cand
+
+    def c(s: str) -> _Cand:
+        return _Cand(None, s.encode(), -1.0)
+
+    # step 0 could be " im" or " import"; only " im" + "port" + " os" spells it
+    choices = [[c(" import"), c(" im")], [c("port"), c("ply")], [c(" os"), c(" sys")]]
+    assert [j for j, _ in align(choices, b" import os")] == [1, 0, 0]
+    assert align(choices, b" nothing") is None
+    assert [j for j, _ in align(choices, b" imply")] == [1, 1]  # the last entry was hidden (trimmed)

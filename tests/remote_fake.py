@@ -1,0 +1,133 @@
+"""A scriptable OpenAI-compatible server on 127.0.0.1 (stdlib http.server, in a thread), for what a real server
+will not do on demand: stream log-probabilities the standard way, refuse with 401/403/404/429/5xx, send malformed
+SSE, cut a stream mid-run, or stall. Each test gives it a `behave(handler, body)` that writes the answer."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+Behave = Callable[["Handler", dict], None]
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, *args: Any) -> None:  # quiet
+        pass
+
+    def do_GET(self) -> None:
+        if self.path.rstrip("/").endswith("/models"):
+            self.answer(200, {"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
+        else:
+            self.answer(404, {"error": {"message": "no such path"}})
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.bodies.append(body)
+        self.server.auth.append(self.headers.get("Authorization"))
+        try:
+            self.server.behave(self, body)
+        except (BrokenPipeError, ConnectionResetError):
+            self.server.client_left.set()
+
+    def answer(self, code: int, obj: Any, headers: dict[str, str] | None = None) -> None:
+        data = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
+        self.send_response(code)
+        for k, v in {"Content-Type": "application/json", **(headers or {})}.items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+    def send_chunk(self, text: str) -> None:
+        data = text.encode()
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def event(self, obj: Any) -> None:
+        self.send_chunk(f"data: {obj if isinstance(obj, str) else json.dumps(obj)}\n\n")
+
+    def end_stream(self) -> None:
+        self.event("[DONE]")
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    def cut(self) -> None:
+        """Close the connection mid-body (no last chunk): a stream cut mid-run."""
+        self.wfile.flush()
+        self.close_connection = True
+        self.connection.shutdown(2)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    behave: Behave
+    bodies: list[dict]
+    auth: list[str | None]
+    client_left: threading.Event
+
+
+@contextmanager
+def fake_server(behave: Behave) -> Iterator[_Server]:
+    server = _Server(("127.0.0.1", 0), Handler)
+    server.behave, server.bodies, server.auth, server.client_left = behave, [], [], threading.Event()
+    server.url = f"http://127.0.0.1:{server.server_address[1]}/v1"  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+# what a standard server streams -------------------------------------------------------------------------------
+def candidate(token: str | bytes, logprob: float) -> dict:
+    data = token if isinstance(token, bytes) else token.encode()
+    return {"token": data.decode("utf-8", errors="replace"), "logprob": logprob, "bytes": list(data)}
+
+
+def entry(token: str | bytes, logprob: float, top: list[tuple[str | bytes, float]]) -> dict:
+    return {**candidate(token, logprob), "top_logprobs": [candidate(t, lp) for t, lp in top]}
+
+
+def chunk(text: str, entries: list[dict] | None, finish: str | None = None) -> dict:
+    choice: dict[str, Any] = {"index": 0, "text": text, "finish_reason": finish}
+    if entries is not None:
+        choice["logprobs"] = {"content": entries}
+    return {"object": "text_completion", "choices": [choice]}
+
+
+# A run of tokens: (token, logprob, top-3); each as a standard server (OpenAI, vLLM, llama.cpp) sends it.
+TOKENS = [(f"w{i}", -0.5 - i / 10, [(f"w{i}", -0.5 - i / 10), ("x", -1.5), ("y", -2.5)]) for i in range(200)]
+
+
+def stream_tokens(n: int, *, delay: float = 0.0, then: Callable[[Handler], None] | None = None) -> Behave:
+    """Stream the first n of TOKENS one per event, then `then` (default: the finish and [DONE])."""
+
+    def behave(h: Handler, body: dict) -> None:
+        h.start_stream()
+        for tok, lp, top in TOKENS[:n]:
+            h.event(chunk(tok, [entry(tok, lp, top)]))
+            if delay:
+                time.sleep(delay)
+        if then is not None:
+            then(h)
+        else:
+            h.event(chunk("", None, "length"))
+            h.end_stream()
+
+    return behave
