@@ -59,10 +59,51 @@ class SavedSession:
     origin: str = ""  # an autosave's: the file the session was last saved to or opened from ("": none)
 
 
-def save(doc: SavedSession, path: str | os.PathLike) -> None:
-    """Write the session atomically: a reader sees the old file or the whole new one, never half of it."""
-    lines = (json.dumps(obj, ensure_ascii=False, allow_nan=False) for obj in to_lines(doc))
-    trace_file._write_atomic(Path(path), lines)
+def save(doc: SavedSession, path: str | os.PathLike, cache: EncodedTraces | None = None) -> None:
+    """Write the session atomically: a reader sees the old file or the whole new one, never half of it. With
+    `cache`, each run's trace is encoded once and its lines reused by later saves."""
+    trace_file._write_atomic(Path(path), encode(doc, cache))
+
+
+def encode(doc: SavedSession, cache: EncodedTraces | None = None) -> Iterator[str]:
+    """The file's lines, as text."""
+    cache = cache if cache is not None else EncodedTraces()
+    yield _dumps({"format": FORMAT, "version": VERSION, "prompt": doc.prompt,
+                  "messages": [{"role": m.role, "content": m.content} for m in doc.messages], "chat": doc.chat,
+                  "settings": doc.settings.to_dict(), "model": {"source": doc.model, "backend": doc.backend},
+                  "shown": doc.shown, "origin": doc.origin, "runs": len(doc.runs)})
+    for run in doc.runs:
+        yield _dumps({"run": run.id, "name": run.name, "steps": len(run.trace.steps)})
+        yield from cache.lines(run.trace)
+    cache.forget_all_but(doc.runs)
+
+
+class EncodedTraces:
+    """Each saved trace's lines, kept for the next save: a finished run's trace never changes, and encoding it
+    is nearly all of a save's time (autosave writes the whole session a few seconds after each change). Keyed
+    by the run's id and parent and the very list of its steps; used by one thread at a time."""
+
+    def __init__(self) -> None:
+        self._lines: dict[tuple, tuple[list, int, list[str]]] = {}  # key -> (the steps, how many, the lines)
+
+    @staticmethod
+    def _key(trace: RunTrace) -> tuple:
+        return trace.run_id, trace.parent, id(trace.steps)
+
+    def lines(self, trace: RunTrace) -> list[str]:
+        hit = self._lines.get(self._key(trace))
+        if hit is None or hit[0] is not trace.steps or hit[1] != len(trace.steps):
+            hit = trace.steps, len(trace.steps), [_dumps(obj) for obj in trace_file.to_lines(trace)]
+            self._lines[self._key(trace)] = hit
+        return hit[2]
+
+    def forget_all_but(self, runs: Iterable[SavedRun]) -> None:
+        keep = {self._key(r.trace) for r in runs}
+        self._lines = {k: v for k, v in self._lines.items() if k in keep}
+
+
+def _dumps(obj: dict[str, Any]) -> str:
+    return json.dumps(obj, ensure_ascii=False, allow_nan=False)
 
 
 def load(path: str | os.PathLike) -> SavedSession:
@@ -78,16 +119,6 @@ def load_header(path: str | os.PathLike) -> SavedSession:
     with path.open("rb") as f:
         head = _line([f.readline()], 0, str(path))
     return load(path) if head.get("format") == trace_file.FORMAT else _header(head, str(path))[0]
-
-
-def to_lines(doc: SavedSession) -> Iterator[dict[str, Any]]:
-    yield {"format": FORMAT, "version": VERSION, "prompt": doc.prompt,
-           "messages": [{"role": m.role, "content": m.content} for m in doc.messages], "chat": doc.chat,
-           "settings": doc.settings.to_dict(), "model": {"source": doc.model, "backend": doc.backend},
-           "shown": doc.shown, "origin": doc.origin, "runs": len(doc.runs)}
-    for run in doc.runs:
-        yield {"run": run.id, "name": run.name, "steps": len(run.trace.steps)}
-        yield from trace_file.to_lines(run.trace)
 
 
 def from_lines(lines: Sequence[str | bytes], name: str = "<session>") -> SavedSession:

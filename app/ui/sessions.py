@@ -23,7 +23,7 @@ from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QMenu, QMessageBox
 
 from app.core import session_file
-from app.core.session_file import SavedSession, SessionFormatError
+from app.core.session_file import EncodedTraces, SavedSession, SessionFormatError
 from app.ui.preferences import Preferences, default_path
 from app.ui.step_panel import IDLE
 
@@ -59,6 +59,7 @@ class Sessions(QObject):
         self._closed = False
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="autosave")  # one write at a time
         self._pending: Future | None = None
+        self._encoded = EncodedTraces()  # the runs' lines, encoded once for every autosave (writer thread only)
         self._timer = QTimer(self, singleShot=True, interval=AUTOSAVE_MS)
         self._timer.timeout.connect(self.autosave)
         self._make_actions()
@@ -283,7 +284,7 @@ class Sessions(QObject):
         """Queue the autosave file's write (or removal: None) behind any still going, off the UI thread."""
         if self._closed:
             return
-        self._pending = self._writer.submit(_write_autosave, self.autosave_path, doc)
+        self._pending = self._writer.submit(_write_autosave, self.autosave_path, doc, self._encoded)
 
     def _offer_recovery(self) -> None:
         """If the last run of the app left an autosave (it was killed), keep it aside and offer it back."""
@@ -317,13 +318,13 @@ class Sessions(QObject):
         return True
 
 
-def _write_autosave(path: Path, doc: SavedSession | None) -> None:
+def _write_autosave(path: Path, doc: SavedSession | None, cache: EncodedTraces) -> None:
     if doc is None:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    session_file.save(doc, path)
+    session_file.save(doc, path, cache)
 
 
 def _set_messages(chat: ChatEditor, messages: tuple[Message, ...]) -> None:

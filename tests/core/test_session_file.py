@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from app.core import trace_file
 from app.core.events import Finished, Message, Request
 from app.core.metrics import Metrics
 from app.core.session import Session
-from app.core.session_file import SavedSession, SessionFormatError, load, runs_of, save, to_session
+from app.core.session_file import EncodedTraces, SavedSession, SessionFormatError, load, runs_of, save, to_session
 from app.core.settings import SamplerSettings, StageOrder
 from app.core.trace import RunTrace
 from tests.core.test_trace import make_run
@@ -44,11 +45,13 @@ def make_session() -> tuple[Session, list[int]]:
     return session, [a, b, c]
 
 
-def make_doc() -> SavedSession:
-    session, ids = make_session()
-    return SavedSession(prompt="def f(x):\n    return ", messages=(Message("system", "Be brief."),
-                        Message("user", "π?"), Message("assistant", "3.14\r\n")), chat=True, settings=SETTINGS,
-                        model="/models/tiny", backend="torch", runs=runs_of(session), shown=ids[1])
+def make_doc(session: Session | None = None, ids: list[int] | None = None,
+             prompt: str = "def f(x):\n    return ") -> SavedSession:
+    if session is None:
+        session, ids = make_session()
+    return SavedSession(prompt=prompt, messages=(Message("system", "Be brief."), Message("user", "π?"),
+                        Message("assistant", "3.14\r\n")), chat=True, settings=SETTINGS, model="/models/tiny",
+                        backend="torch", runs=runs_of(session), shown=ids[1])
 
 
 def assert_same_runs(a: list, b: list) -> None:
@@ -140,6 +143,29 @@ def test_saving_replaces_the_file_atomically_and_a_failed_save_keeps_the_old_fil
     with pytest.raises(TypeError):
         save(broken, path)
     assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["s.jsonl"]
+
+
+def test_later_saves_reuse_each_run_s_encoded_lines_and_write_the_same_file(tmp_path: Path, monkeypatch):
+    encoded = []
+    real = trace_file.to_lines
+    monkeypatch.setattr(trace_file, "to_lines", lambda trace: (encoded.append(trace.run_id), real(trace))[1])
+    session, ids = make_session()
+    doc, cache = make_doc(session, ids), EncodedTraces()
+    save(doc, tmp_path / "first.jsonl", cache)
+    assert encoded == ids
+    session.runs[ids[1]].name = "renamed"
+    doc = make_doc(session, ids, prompt="edited")
+    save(doc, tmp_path / "cached.jsonl", cache)
+    assert encoded == ids  # nothing encoded again
+    save(doc, tmp_path / "fresh.jsonl")
+    assert (tmp_path / "cached.jsonl").read_bytes() == (tmp_path / "fresh.jsonl").read_bytes()
+    assert load(tmp_path / "cached.jsonl") == doc
+    encoded.clear()
+    del session.runs[ids[0]]
+    steps = session.runs[ids[2]].trace.steps
+    steps.append(steps[0])
+    save(make_doc(session, ids), tmp_path / "again.jsonl", cache)
+    assert encoded == [ids[2]]  # a trace whose steps changed is encoded again; the first run is gone
 
 
 def test_a_run_trace_file_opens_as_a_session_of_that_run(tmp_path: Path):
