@@ -196,7 +196,9 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="logitlab bench", description=__doc__.splitlines()[0])
     p.add_argument("--model", default="builtin")
     p.add_argument("--random", choices=sorted(RANDOM_CONFIGS), help="bench a random-weight Llama of this size")
-    p.add_argument("--backend", choices=["auto", "mlx", "torch"], default="auto")
+    p.add_argument("--backend", choices=["auto", "mlx", "torch", "remote"], default="auto")
+    p.add_argument("--base-url", help="remote: an OpenAI-compatible server; reports tokens/s at concurrency 1, 4, 16")
+    p.add_argument("--api-key-env", metavar="VAR", help="remote: read the API key from this environment variable")
     p.add_argument("--device", choices=["cuda", "mps", "cpu"])
     p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"])
     p.add_argument("--prompt-tokens", type=int, default=128)
@@ -207,6 +209,9 @@ def main(argv: list[str]) -> int:
                    "under 50M parameters, else torch's default)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
+    if args.backend == "remote":  # a server: its throughput as we drive it (app/remote_cli.py)
+        from app.remote_cli import bench_main as bench_remote
+        return bench_remote(args)
     backend = get_backend(args.backend)
     path = resolve(args.model)
     if args.random:

@@ -20,8 +20,10 @@ COMPILE_LEN = 1024  # the static cache's length: every compiled step attends ove
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="builtin", help="a local folder, a hub id (owner/name), or 'builtin'")
-    p.add_argument("--backend", choices=["auto", "mlx", "torch"], default="auto")
+    p.add_argument("--model", default="builtin", help="a local folder, a hub id (owner/name), or 'builtin' "
+                   "(remote: the server's model name; 'builtin': the one it serves)")
+    p.add_argument("--backend", choices=["auto", "mlx", "torch", "remote"], default="auto")
+    add_remote_args(p)
     p.add_argument("--device", choices=["cuda", "mps", "cpu"], help="torch device (default: best available)")
     p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"])
     p.add_argument("--quantize", type=int, choices=[4, 8], help="MLX: quantize the weights on load")
@@ -32,6 +34,13 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    "which takes tens of seconds; longer runs go on uncompiled)")
     p.add_argument("--threads", type=thread_count, metavar="N", help="torch: CPU threads (default: 1 for a model "
                    "under 50M parameters, else torch's default; OMP_NUM_THREADS also sets it)")
+
+
+def add_remote_args(p: argparse.ArgumentParser) -> None:
+    from app.remote_cli import add_remote_args as add
+
+    add(p)
+    p.add_argument("--concurrency", type=int, default=4, help="remote: at most this many requests at once (--n)")
 
 
 def thread_count(text: str) -> int:
@@ -69,7 +78,9 @@ def spec_from(args: argparse.Namespace):  # noqa: ANN201 - ModelSpec, imported l
     opts = LoadOptions(device=args.device, dtype=args.dtype, quantize_bits=args.quantize,
                        trust_remote_code=args.trust_remote_code, allow_pickle=args.allow_pickle,
                        compile_len=COMPILE_LEN if args.compile else None, threads=args.threads)
-    return ModelSpec(source=args.model, backend=args.backend, options=opts)
+    backend = "remote" if args.base_url and args.backend == "auto" else args.backend  # a URL names a server
+    return ModelSpec(source=args.model, backend=backend, options=opts, base_url=args.base_url or "",
+                     api_key_env=args.api_key_env, concurrency=args.concurrency)
 
 
 def generate_parser() -> argparse.ArgumentParser:
@@ -171,6 +182,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from app.bench import main as bench_main
 
         return bench_main(argv[1:])
+    if argv and argv[0] == "models" and any(a.startswith("--base-url") for a in argv):
+        from app.remote_cli import models_main as remote_models
+
+        return remote_models(argv[1:])
     if argv and argv[0] == "models":
         from app.core.catalog import main as models_main
 

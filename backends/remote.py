@@ -90,6 +90,11 @@ class RemoteModel:
     def __repr__(self) -> str:
         return f"RemoteModel({self.model!r} at {where(self.base_url)})"
 
+    @property
+    def streams_logprobs(self) -> bool | None:
+        """Whether this server streams log-probabilities (False: runs are asked for whole); None: not known yet."""
+        return self._learnt.streams_logprobs
+
     # the server's models ------------------------------------------------------------------------------------
     def models(self) -> list[dict[str, Any]]:
         """The server's /v1/models list (each an object with at least an `id`)."""

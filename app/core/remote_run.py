@@ -153,6 +153,19 @@ def _fork_clock(clock: Clock) -> Clock:
     return c
 
 
+def list_models(base_url: str, api_key_env: str | None = None, timeout: float = 10.0) -> list[str]:
+    """The names of the models a server serves (its /v1/models); a `RemoteError` line when it cannot say."""
+    from backends.remote import RemoteBackend
+
+    if not base_url:
+        raise RemoteError("give the server's base URL, e.g. http://127.0.0.1:8080/v1")
+    model = RemoteBackend().connect(base_url, "", api_key(base_url, api_key_env), timeout)
+    try:
+        return [m["id"] for m in model.models()]
+    finally:
+        model.close()
+
+
 @dataclass
 class _Run:
     """One sample: its trace and clock, and how it ended."""
@@ -163,6 +176,7 @@ class _Run:
     clock: Clock
     reason: FinishReason | None = None
     prompt_tokens: int = 0
+    received: int = 0  # tokens from the server (after the inherited and forced ones)
     steps: list[StepTrace] = field(default_factory=list)
 
 
@@ -173,7 +187,8 @@ def run_remote(model: RemoteModel, request: Request, cancel: threading.Event) ->
     clock = Clock()
     prompt, messages, extra = _prompt(model, request)
     shown = request.prompt if request.messages is None else _chat_text(request.messages)
-    yield Prefilled(request.id, (), shown, seed, clock.prefilled())
+    clock.prefilled()  # the server prefills: its time is within the first token's
+    yield Prefilled(request.id, (), shown, seed, 0.0)
     runs = [_Run(rid, i, _new_trace(model, request, (seed + i) % (MAX_SEED + 1), rid, shown), _fork_clock(clock))
             for i, rid in enumerate(request.run_ids)]
     for run in runs:
@@ -199,6 +214,8 @@ def _stream_all(model: RemoteModel, request: Request, runs: list[_Run], prompt: 
     left = request.settings.max_tokens - (request.force is not None)
     for run in runs:
         params = {**server_params(request.settings, run.trace.seed, max(left, 1)), **extra}
+        if request.ignore_eos:  # vLLM's extension (benchmarks: every request runs its full length)
+            params["ignore_eos"] = True
         threading.Thread(target=_read, args=(model, params, prompt, messages, request.top_n, run.sequence, inbox,
                                              stop, gate), daemon=True, name=f"logitlab-remote-{run.id}").start()
     open_runs = {run.sequence: run for run in runs}
@@ -219,10 +236,14 @@ def _stream_all(model: RemoteModel, request: Request, runs: list[_Run], prompt: 
             continue
         run = open_runs[i]
         if isinstance(item, Token):
-            yield _step(request, run, _record(item, len(run.steps), run.clock.token(), request.top_n))
+            seconds = run.clock.token()
+            if model.streams_logprobs is False and run.received:  # a whole answer: one arrival, no per-token time
+                seconds = 0.0
+            run.received += 1
+            yield _step(request, run, _record(item, len(run.steps), seconds, request.top_n))
         elif isinstance(item, End):
             run.prompt_tokens = item.prompt_tokens or 0
-            yield _finish(request, open_runs.pop(i), _reason(item, request.settings))
+            yield _finish(request, open_runs.pop(i), _reason(item, request.settings), model.streams_logprobs)
         else:
             yield Failed(request.id, str(item))
             yield _finish(request, open_runs.pop(i), "error")
@@ -256,8 +277,12 @@ def _step(request: Request, run: _Run, st: StepTrace) -> Step:
     return Step(request.id, st.step, st.token_id, st.text, st, 0, run.id, run.sequence)
 
 
-def _finish(request: Request, run: _Run, reason: FinishReason) -> Finished:
-    metrics = run.clock.metrics(run.prompt_tokens, 0)
+def _finish(request: Request, run: _Run, reason: FinishReason, streamed: bool | None = True) -> Finished:
+    """The run's end. What a server's stream shows of its time: the prefill within the time to first token; a
+    whole answer arrives at once, so neither its prefill nor its decode speed is measured (0: not known)."""
+    m = run.clock.metrics(run.prompt_tokens, 0)
+    metrics = replace(m, prefill_s=m.ttft_s) if streamed is not False else replace(
+        m, prefill_s=0.0, decode_s=0.0, itl_mean_s=0.0, itl_p95_s=0.0)
     run.trace.finish_reason, run.trace.metrics = reason, metrics
     return Finished(request.id, reason, metrics, run.trace, run.id, run.sequence)
 

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.models import BUILTIN_LABEL, BUILTIN_NAME, ModelSpec, model_label
+from app.ui.remote_fields import RemoteFields
 from backends import INSTALL_HINT, installed
 from backends.base import LoadOptions
 from backends.threads import MAX_THREADS
@@ -35,7 +36,7 @@ class ModelBar(QWidget):
         super().__init__(parent)
         self.backend = QComboBox(toolTip="Which framework runs the model; auto: MLX on Apple Silicon, else torch")
         self.backend.addItem("auto", "auto")
-        for name in ("mlx", "torch"):
+        for name in ("mlx", "torch", "remote"):
             self.backend.addItem(name, name)
             if not installed(name):
                 item = self.backend.model().item(self.backend.count() - 1)
@@ -62,6 +63,10 @@ class ModelBar(QWidget):
         for label, bits in (("full precision", None), ("4-bit", 4), ("8-bit", 8)):
             self.quantize.addItem(label, bits)
         self.offline = QCheckBox("Offline", toolTip="Never touch the network: only local folders and the HF cache")
+        self.remote = RemoteFields()  # backend "remote": the server's URL, key and concurrency
+        self.remote.models_listed.connect(self._show_server_models)
+        self.remote.key_stored.connect(self.show_status)
+        self.backend.currentIndexChanged.connect(self._show_backend_fields)
         self.opt_ins: dict[str, list[str]] = {}  # per model: LoadOptions flags the user allowed
         self.recent: list[str] = []
         self.load_button = QPushButton("Load", toolTip="Load this model now (Generate also loads it)")
@@ -76,10 +81,12 @@ class ModelBar(QWidget):
         row = QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
         for w, stretch in ((QLabel("Backend"), 0), (self.backend, 0), (QLabel("Model"), 0), (self.model, 2),
-                           (browse, 0), (self.device, 0), (self.dtype, 0), (self.threads, 0), (self.quantize, 0),
+                           (browse, 0), (self.remote, 0), (self.device, 0), (self.dtype, 0), (self.threads, 0),
+                           (self.quantize, 0),
                            (self.offline, 0), (self.load_button, 0),
                            (self.progress, 0), (self.status, 1)):
             row.addWidget(w, stretch)
+        self._show_backend_fields()
 
     def source(self) -> str:
         text = self.model.currentText().strip()
@@ -89,6 +96,9 @@ class ModelBar(QWidget):
 
     def spec(self) -> ModelSpec:
         source = self.source()
+        if self.is_remote():
+            return ModelSpec(source=source, backend="remote", base_url=self.remote.base_url(),
+                             concurrency=self.remote.concurrency.value())
         allowed = self.opt_ins.get(source, [])
         opts = LoadOptions(device=self.device.currentData(), dtype=self.dtype.currentData(),
                            quantize_bits=self.quantize.currentData(), threads=self.threads.value() or None,
@@ -111,7 +121,32 @@ class ModelBar(QWidget):
             if s != BUILTIN_NAME and self.model.findText(s) < 0:
                 self.model.addItem(s, s)
 
+    def is_remote(self) -> bool:
+        return self.backend.currentData() == "remote"
+
+    def _show_backend_fields(self) -> None:
+        remote = self.is_remote()
+        if remote and self.source() == BUILTIN_NAME:
+            self.model.setCurrentText("")  # a server's model by its name: "" is the one it serves
+        self.remote.setVisible(remote)
+        for w in (self.device, self.dtype, self.threads, self.quantize, self.offline):
+            w.setVisible(not remote)
+        self.model.lineEdit().setPlaceholderText("the server's model name (… lists them)" if remote else
+                                                 "folder or hub id, e.g. Qwen/Qwen2.5-0.5B-Instruct")
+
+    def _show_server_models(self, names: list[str] | None, status: str) -> None:
+        self.show_status(status)
+        for name in names or ():
+            if self.model.findText(name) < 0:
+                self.model.addItem(name, name)
+        if names and self.source() not in names:
+            self.model.setCurrentText(names[0])
+
     def browse(self) -> None:
+        if self.is_remote():  # the server's own list, fetched off the UI thread
+            self.show_status(f"Asking {self.remote.base_url() or 'the server'} for its models…")
+            self.remote.list_models()
+            return
         from app.ui.model_picker import ModelPicker
 
         picker = ModelPicker(self.recent, self)

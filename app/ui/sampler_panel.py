@@ -25,7 +25,9 @@ from PySide6.QtWidgets import (
 )
 from superqt import QLabeledDoubleSlider, QLabeledSlider
 
+from app.core.remote_run import SERVER_NOTES
 from app.core.settings import FIELDS, SamplerSettings, StageOrder
+from app.ui.presets_box import PresetsBox
 
 UI_MAX_SEED = 2**31 - 1  # QSpinBox holds a signed 32-bit int
 ORDER_LABELS = {
@@ -48,6 +50,14 @@ def _slider(f) -> QWidget:  # noqa: ANN001 - a settings.Field
     return w
 
 
+def _note(text: str) -> QLabel:
+    """A small mark beside a setting that a remote server may not apply as we do; why, on hover."""
+    note = QLabel("server", toolTip=text, visible=False)
+    note.setObjectName("server_note")
+    note.setStyleSheet("color: #b26a00; font-size: 10px;")
+    return note
+
+
 def _unescape(line: str) -> str:
     return line.replace("\\n", "\n").replace("\\t", "\t")
 
@@ -62,6 +72,7 @@ class SamplerPanel(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.editors: dict[str, QWidget] = {}
+        self.notes = {name: _note(text) for name, text in SERVER_NOTES.items()}  # shown for a remote model
         grid = QGridLayout()
         grid.setColumnStretch(1, 1)
         for row, f in enumerate(FIELDS):
@@ -79,12 +90,18 @@ class SamplerPanel(QWidget):
         for order, label in ORDER_LABELS.items():
             self.order.addItem(label, order.value)
         self.order.currentIndexChanged.connect(self.changed)
-        box.addWidget(QLabel("Stage order"))
+        order_label = QHBoxLayout()
+        order_label.addWidget(QLabel("Stage order"))
+        order_label.addWidget(self.notes["order"])
+        order_label.addStretch(1)
+        box.addLayout(order_label)
         box.addWidget(self.order)
         reset = QPushButton("Reset all", toolTip="Every setting back to its default")
         reset.clicked.connect(self.reset_all)
         box.addWidget(reset, alignment=Qt.AlignmentFlag.AlignRight)
         box.addStretch(1)
+        self.presets = PresetsBox(self)  # the presets combo, above the sliders (built last: it reads settings())
+        box.insertWidget(0, self.presets)
 
     def _add_row(self, grid: QGridLayout, row: int, f) -> None:  # noqa: ANN001
         label = QLabel(f.label, toolTip=f.help)
@@ -97,6 +114,8 @@ class SamplerPanel(QWidget):
         grid.addWidget(label, row, 0)
         grid.addWidget(editor, row, 1)
         grid.addWidget(reset, row, 2)
+        if f.name in self.notes:
+            grid.addWidget(self.notes[f.name], row, 3)
         self.editors[f.name] = editor
 
     def _add_seed(self, grid: QGridLayout, row: int) -> None:
@@ -115,6 +134,14 @@ class SamplerPanel(QWidget):
         grid.addWidget(QLabel("Seed", toolTip=self.seed.toolTip()), row, 0)
         grid.addLayout(row_box, row, 1)
         grid.addWidget(dice, row, 2)
+        grid.addWidget(self.notes["seed"], row, 3)
+
+    def set_remote(self, remote: bool) -> None:
+        """Mark the settings a server may ignore or cannot express (its note in the tooltip); the stage order
+        is not sent at all, so its box is off."""
+        for note in self.notes.values():
+            note.setVisible(remote)
+        self.order.setEnabled(not remote)
 
     def new_seed(self) -> None:
         self.seed.setValue(random.randrange(UI_MAX_SEED))

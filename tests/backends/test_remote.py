@@ -4,6 +4,7 @@ log-probabilities the standard way, refuse, rate-limit, fail, send malformed SSE
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -377,3 +378,107 @@ def test_align_backtracks_to_the_split_that_spells_the_text():
     assert [j for j, _ in align(choices, b" import os")] == [1, 0, 0]
     assert align(choices, b" nothing") is None
     assert [j for j, _ in align(choices, b" imply")] == [1, 1]  # the last entry was hidden (trimmed)
+
+
+# the command line --------------------------------------------------------------------------------------------
+def test_cli_models_generate_and_bench_against_the_real_server(server, local, capsys):
+    from app.cli import main
+
+    assert main(["models", "--base-url", server]) == 0
+    assert capsys.readouterr().out.split() == [str(BUILTIN_PATH)]
+    assert main(["generate", "--base-url", server, "--prompt", "import ", "--max-tokens", "6", "--temperature",
+                 "0", "--json"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    drawn = [s.token_id for s in steps_of(run(local, Request(prompt="import ", settings=GREEDY.with_(max_tokens=6))))]
+    assert [x["token_id"] for x in lines[:-1]] == drawn and lines[-1]["finish_reason"] == "length"
+    assert all(x["reported"] == "raw" and x["prob"] is None and x["raw_prob"] > 0 for x in lines[:-1])
+    assert main(["bench", "--backend", "remote", "--base-url", server, "--tokens", "4", "--prompt-tokens", "8",
+                 "--repeat", "1", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [r["concurrency"] for r in rows] == [1, 4, 16] and all(r["tokens_per_s"] > 0 for r in rows)
+
+
+def test_cli_errors_are_one_line_and_exit_1(capsys):
+    from app.cli import main
+
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    assert main(["models", "--base-url", url]) == 1
+    assert main(["generate", "--backend", "remote", "--base-url", url, "--prompt", "x"]) == 1
+    assert main(["generate", "--backend", "remote", "--prompt", "x"]) == 1
+    errors = [x for x in capsys.readouterr().err.splitlines() if "error" in x]
+    assert len(errors) == 3 and "connection refused" in errors[0] and "connection refused" in errors[1]
+    assert "base URL" in errors[2]
+
+
+# API keys ----------------------------------------------------------------------------------------------------
+class MemoryKeyring:
+    """A keychain for the test: keyring's own backend interface, kept in memory."""
+
+    priority = 1
+
+    def __init__(self) -> None:
+        self.saved: dict[tuple[str, str], str] = {}
+
+    def set_password(self, service: str, user: str, password: str) -> None:
+        self.saved[service, user] = password
+
+    def get_password(self, service: str, user: str) -> str | None:
+        return self.saved.get((service, user))
+
+    def delete_password(self, service: str, user: str) -> None:
+        del self.saved[service, user]
+
+
+@pytest.fixture
+def keychain():
+    import keyring
+    from keyring.backend import KeyringBackend
+
+    from app.core import secrets
+
+    backend = type("Memory", (MemoryKeyring, KeyringBackend), {})()
+    before = keyring.get_keyring()
+    keyring.set_keyring(backend)
+    secrets._session.clear()
+    yield backend
+    keyring.set_keyring(before)
+    secrets._session.clear()
+
+
+def test_a_key_goes_to_the_keychain_and_comes_back_in_a_new_session(keychain):
+    from app.core import secrets
+
+    assert "system keychain" in secrets.store_key("http://gpu:8000/v1", "sk-abc")
+    assert keychain.saved == {("logitlab", "http://gpu:8000/v1"): "sk-abc"}
+    secrets._session.clear()  # a new session
+    assert secrets.api_key("http://gpu:8000/v1") == "sk-abc"
+    secrets.forget_key("http://gpu:8000/v1")
+    assert secrets.api_key("http://gpu:8000/v1") is None and not keychain.saved
+
+
+def test_without_a_keychain_the_key_is_kept_for_the_session_only_and_it_says_so():
+    import keyring
+    from keyring.backends import fail
+
+    from app.core import secrets
+
+    before = keyring.get_keyring()
+    keyring.set_keyring(fail.Keyring())
+    try:
+        assert "session only" in secrets.store_key("http://gpu:8000/v1", "sk-abc")
+        assert secrets.api_key("http://gpu:8000/v1") == "sk-abc"
+        secrets._session.clear()  # the session ends: the key is gone
+        assert secrets.api_key("http://gpu:8000/v1") is None
+    finally:
+        keyring.set_keyring(before)
+        secrets._session.clear()
+
+
+def test_a_key_from_the_environment_wins_and_an_empty_one_is_named(monkeypatch):
+    from app.core.secrets import MissingKeyError, api_key
+
+    monkeypatch.setenv("LOGITLAB_KEY", " sk-env ")
+    assert api_key("http://x/v1", "LOGITLAB_KEY") == "sk-env"
+    monkeypatch.setenv("LOGITLAB_KEY", "")
+    with pytest.raises(MissingKeyError, match="LOGITLAB_KEY holds no API key"):
+        api_key("http://x/v1", "LOGITLAB_KEY")

@@ -1,0 +1,113 @@
+"""The command line's remote half: `logitlab models --base-url URL` lists a server's models, and
+`logitlab bench --backend remote --base-url URL` measures its throughput as Logit Lab drives it (streamed tokens
+with top log-probabilities) at 1, 4 and 16 concurrent requests. A failure is one line on stderr, exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from app.core.events import Finished, Request
+from app.core.models import ModelSpec
+from app.core.remote_run import load_remote, run_remote
+from app.core.secrets import api_key
+from app.core.settings import SamplerSettings
+from backends.base import ModelLoadError
+from backends.remote import RemoteBackend, RemoteError, RemoteModel
+
+CONCURRENCY = (1, 4, 16)
+
+
+def add_remote_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--base-url", help="remote: an OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1")
+    p.add_argument("--api-key-env", metavar="VAR", help="remote: read the API key from this environment variable "
+                   "(default: the key saved in the keychain for this server, else none)")
+
+
+def models_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="logitlab models", description="List the models an OpenAI-compatible "
+                                "server serves (its /v1/models).")
+    add_remote_args(p)
+    p.add_argument("--json", action="store_true", help="the server's list as JSON")
+    args = p.parse_args(argv)
+    spec = ModelSpec(source="", backend="remote", base_url=args.base_url or "", api_key_env=args.api_key_env)
+    try:
+        model = _connect(spec)
+        try:
+            served = model.models()
+        finally:
+            model.close()
+    except ModelLoadError as e:
+        print(f"logitlab models: error: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(served, indent=1))
+    elif not served:
+        print(f"{args.base_url} serves no models.")
+    for m in served if not args.json else ():
+        ctx = m.get("max_model_len") or m.get("context_length")
+        print(m["id"] + (f"  (context {ctx:,})" if isinstance(ctx, int) else ""))
+    return 0
+
+
+def _connect(spec: ModelSpec) -> RemoteModel:
+    if not spec.base_url:
+        raise RemoteError("give the server's base URL: --base-url http://host:port/v1")
+    return RemoteBackend().connect(spec.base_url, "", api_key(spec.base_url, spec.api_key_env))
+
+
+def bench_main(args: argparse.Namespace) -> int:
+    """Tokens per second at each concurrency: all requests' tokens over the wall time of the batch."""
+    spec = ModelSpec(source=args.model, backend="remote", base_url=args.base_url or "", api_key_env=args.api_key_env)
+    try:
+        model = load_remote(spec)
+    except ModelLoadError as e:
+        print(f"logitlab bench: error: {e}", file=sys.stderr)
+        return 1
+    prompt = Path(threading.__file__).read_text()[: args.prompt_tokens * 4]  # ~4 characters a token
+    settings = SamplerSettings(temperature=0.8, top_p=0.95, max_tokens=args.tokens, seed=1)
+    rows = []
+    try:
+        for c in CONCURRENCY:
+            runs = [_batch(model, spec, prompt, settings, c) for _ in range(max(1, args.repeat))]
+            rows.append({"concurrency": c, **{k: statistics.median(r[k] for r in runs) for k in runs[0]}})
+    except ModelLoadError as e:
+        print(f"logitlab bench: error: {e}", file=sys.stderr)
+        return 1
+    finally:
+        model.close()
+    whole = model.streams_logprobs is False
+    result = {"model": model.model, "server": model.base_url, "tokens": args.tokens, "streamed": not whole,
+              "rows": rows}
+    print(json.dumps(result, indent=1) if args.json else _table(result))
+    return 0
+
+
+def _batch(model: RemoteModel, spec: ModelSpec, prompt: str, settings: SamplerSettings, c: int) -> dict[str, float]:
+    """c samples as c concurrent requests; their tokens over the batch's wall time."""
+    request = Request(model=replace(spec, concurrency=c), prompt=prompt, settings=settings, n=c, ignore_eos=True)
+    t0 = time.perf_counter()
+    ends = [e for e in run_remote(model, request, threading.Event()) if isinstance(e, Finished)]
+    wall = time.perf_counter() - t0
+    errors = [e for e in ends if e.reason == "error"]
+    if errors:
+        raise RemoteError(f"{len(errors)} of {c} requests failed at concurrency {c}")
+    tokens = sum(e.metrics.generated_tokens for e in ends)
+    return {"tokens_per_s": tokens / wall, "per_request_tokens_per_s": statistics.median(
+        e.metrics.decode_tokens_per_s for e in ends), "ttft_s": statistics.median(e.metrics.ttft_s for e in ends)}
+
+
+def _table(r: dict) -> str:
+    how = "streamed" if r["streamed"] else "asked for whole (the server streams no log-probabilities)"
+    lines = [f"{r['model']} at {r['server']}: {r['tokens']} tokens per request, {how}",
+             f"{'concurrency':>11} {'tokens/s':>9} {'per request':>12} {'TTFT':>8}"]
+    lines += [f"{x['concurrency']:>11} {x['tokens_per_s']:>9.1f} {x['per_request_tokens_per_s']:>12.1f} "
+              f"{x['ttft_s'] * 1000:>6.0f} ms" for x in r["rows"]]
+    return "\n".join(lines)

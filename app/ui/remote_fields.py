@@ -1,0 +1,69 @@
+"""The model bar's fields for a remote server: its base URL, an API key entry, and how many requests may run at
+once; and the server's model list, fetched off the UI thread.
+
+The key goes to the keychain (or this session only, which the status says) through `app.core.secrets`: this
+widget never keeps it, and nothing here writes it to preferences. `models_listed` brings the list (or one error
+line) back to the UI thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QHBoxLayout, QInputDialog, QLineEdit, QSpinBox, QToolButton, QWidget
+
+from app.core.secrets import store_key
+
+MAX_CONCURRENCY = 64
+
+
+class RemoteFields(QWidget):
+    models_listed = Signal(object, str)  # list[str] of model names (None on failure), status line
+    key_stored = Signal(str)  # where the key went, in words
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.url = QLineEdit(placeholderText="http://127.0.0.1:8080/v1", toolTip="An OpenAI-compatible server "
+                             "(vLLM, llama.cpp's server, mlx_lm.server, LM Studio, Ollama): its base URL")
+        self.url.setMinimumWidth(180)
+        self.key = QToolButton(text="Key…", toolTip="Set this server's API key (kept in the system keychain, or for "
+                               "this session only where there is none; never in the preferences)")
+        self.key.clicked.connect(self.ask_key)
+        self.concurrency = QSpinBox(minimum=1, maximum=MAX_CONCURRENCY, value=4, prefix="parallel: ",
+                                    toolTip="Samples run as concurrent requests, at most this many at once "
+                                    "(the server batches them)")
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        for w in (self.url, self.key, self.concurrency):
+            row.addWidget(w)
+
+    def base_url(self) -> str:
+        return self.url.text().strip()
+
+    def ask_key(self) -> None:
+        url = self.base_url()
+        if not url:
+            self.key_stored.emit("type the server's base URL first: a key belongs to one server")
+            return
+        key, ok = QInputDialog.getText(self, "API key", f"API key for {url}", QLineEdit.EchoMode.Password)
+        if ok and key.strip():
+            self.key_stored.emit(store_key(url, key.strip()))
+
+    def list_models(self) -> None:
+        """Ask the server for its models on a thread of its own; `models_listed` answers on the UI thread."""
+        url = self.base_url()
+        threading.Thread(target=self._list, args=(url,), daemon=True, name="logitlab-remote-models").start()
+
+    def _list(self, url: str) -> None:
+        from app.core.remote_run import list_models
+        from backends.base import ModelLoadError
+
+        try:
+            names = list_models(url)
+            answer = (names, f"{len(names)} model{'s' * (len(names) != 1)} on {url}")
+        except ModelLoadError as e:
+            answer = (None, str(e))
+        with contextlib.suppress(RuntimeError):  # the window closed while the server answered: nobody asks now
+            self.models_listed.emit(*answer)
