@@ -13,12 +13,12 @@ import contextlib
 import datetime
 import os
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import platformdirs
-from PySide6.QtCore import QObject, QTimer
+from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QMenu, QMessageBox
 
@@ -48,6 +48,8 @@ def state_dir(prefs: Preferences) -> Path:
 
 
 class Sessions(QObject):
+    autosave_failed = Signal(str)  # from the writer thread: why (the banner says it)
+
     def __init__(self, window: MainWindow, folder: Path) -> None:
         super().__init__(window)
         self.w = window
@@ -58,7 +60,6 @@ class Sessions(QObject):
         self._saved: tuple | None = None  # the state last saved or opened; None until the window is restored
         self._closed = False
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="autosave")  # one write at a time
-        self._pending: Future | None = None
         self._encoded = EncodedTraces()  # the runs' lines, encoded once for every autosave (writer thread only)
         self._timer = QTimer(self, singleShot=True, interval=AUTOSAVE_MS)
         self._timer.timeout.connect(self.autosave)
@@ -97,6 +98,7 @@ class Sessions(QObject):
         w.model_bar.backend.currentIndexChanged.connect(self.changed)
         pg.session_changed.connect(self.changed)  # a run added, finished, renamed or deleted
         pg.session_replaced.connect(self.changed)
+        self.autosave_failed.connect(w.banner.show_message)
 
     def _started(self) -> None:
         self._saved = self.state()
@@ -217,7 +219,7 @@ class Sessions(QObject):
         self._closed = True
         self._timer.stop()
         self._writer.shutdown(wait=True)
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):
             self.autosave_path.unlink()
 
     def _may_replace(self, running_ok: bool = False) -> bool:
@@ -284,16 +286,21 @@ class Sessions(QObject):
         """Queue the autosave file's write (or removal: None) behind any still going, off the UI thread."""
         if self._closed:
             return
-        self._pending = self._writer.submit(_write_autosave, self.autosave_path, doc, self._encoded)
+        self._writer.submit(self._write_now, doc)
+
+    def _write_now(self, doc: SavedSession | None) -> None:
+        """On the writer thread: a failure goes to the banner (through a queued signal), never to a traceback."""
+        try:
+            _write_autosave(self.autosave_path, doc, self._encoded)
+        except OSError as e:
+            self.autosave_failed.emit(f"Autosave failed: cannot write {self.autosave_path}: {e.strerror or e}")
 
     def _offer_recovery(self) -> None:
         """If the last run of the app left an autosave (it was killed), keep it aside and offer it back."""
-        if not self.autosave_path.exists():
-            return
-        os.replace(self.autosave_path, self.recovered_path)  # what this run autosaves must not overwrite it
         try:
+            os.replace(self.autosave_path, self.recovered_path)  # what this run autosaves must not overwrite it
             head = session_file.load_header(self.recovered_path)
-        except (OSError, SessionFormatError):
+        except (OSError, SessionFormatError):  # none (a clean exit), or nothing this version can read
             return
         when = datetime.datetime.fromtimestamp(self.recovered_path.stat().st_mtime).strftime("%H:%M on %d %b")
         what = f"“{Path(head.origin).name}”" if head.origin else "an unsaved session"

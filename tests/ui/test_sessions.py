@@ -202,6 +202,14 @@ def test_edits_are_autosaved_a_few_seconds_later_and_a_save_or_a_clean_exit_remo
     assert not path.exists()
 
 
+def test_an_autosave_that_cannot_be_written_says_why_in_the_banner(qtbot, window, tmp_path):
+    (tmp_path / "a file").write_text("not a folder")
+    window.sessions.autosave_path = tmp_path / "a file" / "autosave.jsonl"
+    window.prompt.set_prompt("typed")
+    qtbot.waitUntil(window.banner.isVisible, timeout=AUTOSAVE_MS * 4)
+    assert "Autosave failed: cannot write" in window.banner.label.text()
+
+
 DRIVER = """
 import sys
 from PySide6.QtCore import QTimer
