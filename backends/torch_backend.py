@@ -8,6 +8,7 @@ then load with `weights_only=True`; `trust_remote_code` is passed explicitly (Fa
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +20,11 @@ from backends.checks import ConfigShape, check_folder
 from backends.gguf import check_gguf, is_gguf
 from backends.hf_tokenizer import HFTokenizer, load_tokenizer
 from backends.ops import NUMPY
+from backends.threads import choose_threads
 from backends.torch_fast import FastLlama, supports
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+DEFAULT_THREADS = torch.get_num_threads()  # torch's own choice (physical cores), before any rule set one
 
 
 class TorchOps:
@@ -216,7 +219,8 @@ class TorchBackend:
         tokenizer = load_gguf_tokenizer(path) if gguf else load_tokenizer(path, options)
         model = load_weights(path, dtype, options)
         model.to(device).eval()
-        return TorchModel(model, tokenizer, make_info(path, config, model, device, dtype), device, options)
+        info = replace(make_info(path, config, model, device, dtype), threads=set_threads(model, options.threads))
+        return TorchModel(model, tokenizer, info, device, options)
 
 
 def load_weights(path: Path, dtype: torch.dtype, options: LoadOptions) -> Any:
@@ -240,6 +244,13 @@ def load_gguf_tokenizer(path: Path) -> HFTokenizer:
         return HFTokenizer(AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name))
     except Exception as e:
         raise ModelLoadError(f"cannot build the tokenizer of {path.name}: {first_line(e)}") from e
+
+
+def set_threads(model: Any, requested: int | None) -> int:
+    """Set torch's CPU threads (process-wide) for this model: `requested`, else the rule of `backends.threads`."""
+    n = choose_threads(sum(p.numel() for p in model.parameters()), requested, DEFAULT_THREADS)
+    torch.set_num_threads(n)
+    return n
 
 
 def first_line(e: BaseException) -> str:
