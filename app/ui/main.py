@@ -70,6 +70,7 @@ def run_window(spec: ModelSpec, settings: SamplerSettings, prompt: str | None = 
 
 def _screenshot(app: QApplication, window, path: str, run: bool = True) -> int:  # noqa: ANN001 - MainWindow
     result = {"code": 0}
+    window.sessions.ask = lambda: "discard"  # a screenshot's run is nothing to keep: no question on close
 
     def save() -> None:
         window.grab().save(path)
