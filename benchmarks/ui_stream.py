@@ -10,6 +10,7 @@ near token 10,000 (it should be flat).
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import queue
 import statistics
@@ -81,12 +82,80 @@ class SyntheticWorker:
         return True
 
 
+class Spans:
+    """Named intervals of UI-thread work (chart paints, text layout, garbage collection...), to say what ran
+    during the longest event-loop stalls."""
+
+    def __init__(self) -> None:
+        self.spans: list[tuple[str, float, float]] = []
+        self._gc_start = 0.0
+
+    def wrap(self, cls: type, method: str, name: str) -> None:
+        inner = getattr(cls, method)
+
+        def timed(*args: object, **kwargs: object) -> object:
+            t = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                self.spans.append((name.format(type(args[0]).__name__), t, time.perf_counter()))
+
+        setattr(cls, method, timed)
+
+    def watch_gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._gc_start = time.perf_counter()
+        else:
+            self.spans.append((f"gc gen {info['generation']}", self._gc_start, time.perf_counter()))
+
+    def report(self, ticks: list[float], top: int = 8) -> None:
+        """Each kind of work: calls, total, longest; then the longest stalls and the work inside each."""
+        kinds: dict[str, list[float]] = {}
+        self.spans = [sp for sp in self.spans if sp[1] >= ticks[0]]  # the run's, not the window's making
+        for name, t0, t1 in self.spans:
+            kinds.setdefault(name, []).append(t1 - t0)
+        print(f"{'work on the UI thread':34} {'calls':>6} {'total ms':>9} {'longest ms':>10}")
+        for name, d in sorted(kinds.items(), key=lambda kv: -sum(kv[1])):
+            print(f"{name:34} {len(d):6d} {sum(d) * 1000:9.0f} {max(d) * 1000:10.1f}")
+        gaps = sorted(zip(np.diff(ticks), ticks[:-1], strict=True), reverse=True)[:top]
+        for gap, start in gaps:
+            inside = [(n, t1 - t0) for n, t0, t1 in self.spans if t0 < start + gap and t1 > start]
+            parts = ", ".join(f"{n} {d * 1000:.1f}" for n, d in sorted(inside, key=lambda x: -x[1])[:4])
+            print(f"stall {gap * 1000:5.1f} ms: {parts or 'nothing measured (Qt internals)'}")
+
+
+def instrument() -> Spans:
+    """Time the window's UI-thread work by kind (before the window is made, so every connection is timed)."""
+    import pyqtgraph as pg
+
+    from app.ui.charts import StepChart, TimelineChart
+    from app.ui.panels import MetricsStrip
+    from app.ui.playground import Playground
+    from app.ui.token_view import TokenText
+
+    spans = Spans()
+    for cls, method, name in ((Playground, "drain", "drain (all handlers)"),
+                              (Playground, "show_step", "step shown (chart data, 10 Hz)"),
+                              (TokenText, "append_steps", "text: append"), (TokenText, "paintEvent", "text: paint"),
+                              (StepChart, "show_sample", "step chart: set data"),
+                              (TimelineChart, "redraw", "timeline: set data"),
+                              (MetricsStrip, "live", "metrics: set"),
+                              (pg.GraphicsView, "paintEvent", "{}: paint")):
+        if hasattr(cls, method):
+            spans.wrap(cls, method, name)
+    gc.callbacks.append(spans.watch_gc)
+    return spans
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=int, default=10_000)
     ap.add_argument("--rate", type=float, default=1000.0, help="tokens per second fed to the window")
+    ap.add_argument("--why", action="store_true", help="also time each kind of UI work and show what ran in the "
+                    "longest stalls (the timing itself adds a little)")
     args = ap.parse_args()
     app = make_app()
+    spans = instrument() if args.why else None
     from app.ui.main_window import MainWindow
 
     store = QSettings(os.path.join(tempfile.mkdtemp(), "s.ini"), QSettings.Format.IniFormat)
@@ -127,6 +196,8 @@ def main() -> None:
     n = args.tokens
     print(f"UI cost per token near token 1,000: {per_token(900, 1100):.0f} µs; "
           f"near token {n:,}: {per_token(n - 200, n):.0f} µs")
+    if spans is not None:
+        spans.report(ticks)
     w.close()
 
 

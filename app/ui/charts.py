@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, Qt, Signal
+from PySide6.QtCore import QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFont, QPalette
 from PySide6.QtWidgets import QWidget
 
@@ -32,6 +32,8 @@ MAX_LABEL = 7
 CHAR_PX = 7  # about one character of the tick font: labels are cut to what fits under a bar
 BRUSH = {True: pg.mkBrush(RAW), False: pg.mkBrush(CUT)}  # made once: charts update many times a second
 PEN = {True: pg.mkPen(DRAWN, width=2), False: pg.mkPen(None)}
+GRID = (0.2, 0.4, 0.6, 0.8, 1.0)  # the step chart's probability grid
+SPREAD_MS = 50  # while streaming the timeline redraws this long after the step chart (which does every 100 ms)
 
 
 def _label(text: str, limit: int = MAX_LABEL) -> str:
@@ -114,7 +116,11 @@ class StepChart(ThemedPlot):
         self.setMouseEnabled(x=False, y=False)
         pi = self.getPlotItem()
         pi.setLabel("left", "probability")
-        pi.showGrid(y=True, alpha=0.2)
+        # plain lines: the axis's own grid spans the view as part of the axis and cost ~15 ms of every repaint
+        self.grid = [pg.InfiniteLine(pos=y, angle=0) for y in GRID]
+        for line in self.grid:
+            line.setZValue(-10)
+            self.addItem(line)
         small = QFont(self.font())
         small.setPointSizeF(max(6.0, small.pointSizeF() * 0.85))
         self.legend = pi.addLegend(offset=(-10, 5), labelTextSize=f"{small.pointSizeF():.1f}pt")
@@ -149,6 +155,10 @@ class StepChart(ThemedPlot):
             self._theme_legend()
 
     def _theme_legend(self) -> None:
+        grid = self.palette().color(QPalette.ColorRole.Text)
+        grid.setAlpha(51)
+        for line in self.grid:
+            line.setPen(pg.mkPen(grid))
         base = self.palette().color(QPalette.ColorRole.Base)
         base.setAlpha(215)  # over the cut labels and the curve, and still readable
         self.legend.setBrush(pg.mkBrush(base))
@@ -274,13 +284,16 @@ class TimelineChart(ThemedPlot):
         pi.setLabel("right", "entropy (nats)", color=RAW.name())
         pi.setYRange(0, 1.02, padding=0)
         pi.setMouseEnabled(x=True, y=False)
-        self.prob = pg.PlotDataItem(pen=pg.mkPen(FINAL, width=1))
+        # a long run is drawn as one min-max pair per pixel column (pyqtgraph's default keeps ~5 samples per pixel:
+        # a 10,000-step curve cost ~8 ms a repaint); the curves' values are made finite before they are set
+        thin = {"autoDownsampleFactor": 1.0, "skipFiniteCheck": True}
+        self.prob = pg.PlotDataItem(pen=pg.mkPen(FINAL, width=1), **thin)
         self.addItem(self.prob)
         self.vb2 = pg.ViewBox()
         pi.scene().addItem(self.vb2)
         pi.getAxis("right").linkToView(self.vb2)
         self.vb2.setXLink(pi)
-        self.entropy = pg.PlotDataItem(pen=pg.mkPen(RAW, width=1))
+        self.entropy = pg.PlotDataItem(pen=pg.mkPen(RAW, width=1), **thin)
         self.vb2.addItem(self.entropy)
         pi.vb.sigResized.connect(self._sync_views)
         for item in (self.prob, self.entropy):
@@ -299,12 +312,16 @@ class TimelineChart(ThemedPlot):
                                              label="differs", labelOpts={"position": 0.92, "color": DIVERGED})
         self.addItem(self.diverged_line)
         self.scene().sigMouseClicked.connect(self._clicked)
+        self._due = 0  # the step the next deferred redraw puts the cursor on
+        self._later = QTimer(self, singleShot=True, interval=SPREAD_MS)
+        self._later.timeout.connect(self._draw_due)
         self.clear_run()
 
     def _sync_views(self) -> None:
         self.vb2.setGeometry(self.getPlotItem().vb.sceneBoundingRect())
 
     def clear_run(self) -> None:
+        self._later.stop()
         self._p = np.zeros(1024)
         self._h = np.zeros(1024)
         self.n = 0
@@ -346,6 +363,8 @@ class TimelineChart(ThemedPlot):
         self.marks.setData(marked, h[marked] if marked else [])
         self.vb2.setYRange(0, max(1.0, float(h.max()) * 1.05 if self.n else 1.0), padding=0)
         self.getPlotItem().setXRange(0, max(self.n - 1, 10), padding=0.02)
+        for vb in (self.getPlotItem().vb, self.vb2):  # the new range applied now: applied in the paint, it moves
+            vb.prepareForPaint()  # the items again and asks for a second paint of the whole chart
 
     def set_cursor(self, step: int) -> None:
         self.cursor.setValue(step)
@@ -355,7 +374,7 @@ class TimelineChart(ThemedPlot):
         a second while streaming); a click selects a step."""
         playground.run_started.connect(lambda _request: self.clear_run())
         playground.steps_appended.connect(self.append_steps)
-        playground.step_shown.connect(self._show)
+        playground.step_shown.connect(lambda i, trace: self._show(i, trace, playground.streaming))
         playground.preview_changed.connect(lambda _s, trace: self.set_cursor(trace.step))
         playground.diverged.connect(self.mark_divergence)
         self.step_clicked.connect(playground.select_step)
@@ -366,9 +385,20 @@ class TimelineChart(ThemedPlot):
         self.append([nan if t.prob is None else t.prob for t in traces],
                     [nan if t.sample.entropy is None else t.sample.entropy for t in traces])
 
-    def _show(self, _i: int, trace: StepTrace) -> None:
+    def _show(self, _i: int, trace: StepTrace, streaming: bool = False) -> None:
+        """Redraw with the cursor on `trace`'s step; while a run streams, half a chart interval later, so that this
+        chart and the step chart (each ~10 ms) repaint in different frames instead of stalling one."""
+        self._due = trace.step
+        if streaming:
+            if not self._later.isActive():
+                self._later.start()
+        else:
+            self._later.stop()
+            self._draw_due()
+
+    def _draw_due(self) -> None:
         self.redraw()
-        self.set_cursor(trace.step)
+        self.set_cursor(self._due)
 
     def _clicked(self, ev: object) -> None:
         if not self.n:

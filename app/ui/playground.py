@@ -113,6 +113,7 @@ class Playground(QObject):
         self._follow.stop()
         self._load_only = False
         self._busy = True
+        gc.freeze()  # what exists now (the window, earlier runs) is never rescanned mid-run (a ~100 ms gen-2 stall)
         self.busy_changed.emit(True)  # also when a load was already running: now a run is
         self.worker.submit(request)
         self.run_started.emit(request)
