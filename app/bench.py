@@ -164,7 +164,8 @@ def roofline(model: Any, backend: str, context: int) -> dict[str, float]:
 
 def print_table(r: dict) -> None:
     mode = " (static cache + torch.compile)" if r["compiled"] else ""
-    threads = f" ({r['threads']} threads)" if r.get("threads") else ""
+    n = r.get("threads")
+    threads = f" ({n} thread{'s' * (n != 1)})" if n else ""
     print(f"{r['model']} ({r['parameters'] / 1e6:.1f}M params) on {r['backend']}{mode} / {r['device']}{threads} / "
           f"{r['dtype']}, "
           f"prompt {r['prompt_tokens']} tokens, {r['tokens']} generated, median of {r['repeat']}; "
