@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 
 from app.core.models import BUILTIN_LABEL, BUILTIN_NAME, ModelSpec, model_label
 from app.ui.remote_fields import RemoteFields
-from backends import INSTALL_HINT, installed
+from backends import INSTALL_HINT, ModelLoadError, installed, resolve_name
 from backends.base import LoadOptions
 from backends.threads import MAX_THREADS
 
@@ -124,13 +124,23 @@ class ModelBar(QWidget):
     def is_remote(self) -> bool:
         return self.backend.currentData() == "remote"
 
+    def engine(self) -> str | None:
+        """The framework the chosen backend runs on ("auto" resolved), or None if none is installed."""
+        try:
+            return resolve_name(self.backend.currentData())
+        except ModelLoadError:
+            return None
+
     def _show_backend_fields(self) -> None:
         remote = self.is_remote()
         if remote and self.source() == BUILTIN_NAME:
             self.model.setCurrentText("")  # a server's model by its name: "" is the one it serves
         self.remote.setVisible(remote)
-        for w in (self.device, self.dtype, self.threads, self.quantize, self.offline):
+        for w in (self.device, self.dtype, self.offline):
             w.setVisible(not remote)
+        engine = None if remote else self.engine()
+        self.threads.setVisible(engine == "torch")  # each shown only where it applies: the bar fits 900 px
+        self.quantize.setVisible(engine == "mlx")
         self.model.lineEdit().setPlaceholderText("the server's model name (… lists them)" if remote else
                                                  "folder or hub id, e.g. Qwen/Qwen2.5-0.5B-Instruct")
 
