@@ -14,7 +14,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from app.core.events import Finished, Request
+from app.core.events import Failed, Finished, Request
 from app.core.models import ModelSpec
 from app.core.remote_run import load_remote, run_remote
 from app.core.secrets import api_key
@@ -94,11 +94,12 @@ def _batch(model: RemoteModel, spec: ModelSpec, prompt: str, settings: SamplerSe
     """c samples as c concurrent requests; their tokens over the batch's wall time."""
     request = Request(model=replace(spec, concurrency=c), prompt=prompt, settings=settings, n=c, ignore_eos=True)
     t0 = time.perf_counter()
-    ends = [e for e in run_remote(model, request, threading.Event()) if isinstance(e, Finished)]
+    events = list(run_remote(model, request, threading.Event()))
     wall = time.perf_counter() - t0
-    errors = [e for e in ends if e.reason == "error"]
+    ends = [e for e in events if isinstance(e, Finished)]
+    errors = [e.message for e in events if isinstance(e, Failed)]
     if errors:
-        raise RemoteError(f"{len(errors)} of {c} requests failed at concurrency {c}")
+        raise RemoteError(f"{len(errors)} of {c} requests failed at concurrency {c}, the first: {errors[0]}")
     tokens = sum(e.metrics.generated_tokens for e in ends)
     return {"tokens_per_s": tokens / wall, "per_request_tokens_per_s": statistics.median(
         e.metrics.decode_tokens_per_s for e in ends), "ttft_s": statistics.median(e.metrics.ttft_s for e in ends)}
@@ -108,6 +109,7 @@ def _table(r: dict) -> str:
     how = "streamed" if r["streamed"] else "asked for whole (the server streams no log-probabilities)"
     lines = [f"{r['model']} at {r['server']}: {r['tokens']} tokens per request, {how}",
              f"{'concurrency':>11} {'tokens/s':>9} {'per request':>12} {'TTFT':>8}"]
-    lines += [f"{x['concurrency']:>11} {x['tokens_per_s']:>9.1f} {x['per_request_tokens_per_s']:>12.1f} "
-              f"{x['ttft_s'] * 1000:>6.0f} ms" for x in r["rows"]]
+    per = (lambda x: f"{x['per_request_tokens_per_s']:>12.1f}") if r["streamed"] else (lambda x: f"{'-':>12}")
+    lines += [f"{x['concurrency']:>11} {x['tokens_per_s']:>9.1f} {per(x)} {x['ttft_s'] * 1000:>6.0f} ms"
+              for x in r["rows"]]
     return "\n".join(lines)

@@ -120,7 +120,8 @@ class RemoteModel:
         body = {"model": self.model, **params, **({"messages": messages} if messages is not None else
                                                    {"prompt": prompt})}
         stop = stop or threading.Event()
-        for _ in range(4):  # a refusal naming a parameter teaches us this server's dialect: ask again
+        for _ in range(6):  # a refusal naming a parameter teaches us this server's dialect: ask again
+            asked = self._dialect(endpoint, top_n)
             try:
                 if self._learnt.streams_logprobs is False:
                     yield from self._whole(endpoint, body, top_n)
@@ -128,9 +129,13 @@ class RemoteModel:
                     yield from self._stream(endpoint, body, top_n, stop)
                 return
             except _Refused as e:
-                if not self._negotiate(endpoint, e.message, top_n):
+                # (a concurrent request may have learnt it already: then ask again as it now knows)
+                if not self._negotiate(endpoint, e.message, top_n) and asked == self._dialect(endpoint, top_n):
                     raise RemoteError(f"the server refused the request (HTTP 400): {e.message}") from None
         raise RemoteError("the server refused every form of the request for log-probabilities")
+
+    def _dialect(self, endpoint: str, top_n: int) -> tuple:
+        return self._logprob_params(endpoint, top_n), self._learnt.usage, self._learnt.streams_logprobs
 
     def _logprob_params(self, endpoint: str, top_n: int) -> dict[str, Any]:
         n = min(top_n, self._learnt.max_top or top_n)
@@ -175,7 +180,7 @@ class RemoteModel:
                 text = _text(choice)
                 found = entries(choice)
                 if found is None and text:
-                    if got == 0 and self._learnt.streams_logprobs is None:
+                    if got == 0 and self._learnt.streams_logprobs is not True:
                         text_only = True
                         break  # a server that streams text alone: ask it for each run whole, from now on
                     raise RemoteError(f"the server stopped sending log-probabilities (after {got} tokens)")

@@ -149,6 +149,16 @@ def test_a_top_n_beyond_the_servers_limit_is_negotiated_down(remote):
     assert 1 <= steps[0].trace.top_n <= 11  # mlx_lm.server allows at most 11
 
 
+def test_concurrent_first_requests_learn_the_servers_dialect_together(server):
+    """mlx_lm.server refuses `logprobs: N` and top_logprobs over 11, and streams none: 8 requests at once on a
+    fresh connection all find that out, whichever answer comes first."""
+    spec = ModelSpec(source="", backend="remote", base_url=server, concurrency=8)
+    with closing(load_remote(spec)) as fresh:
+        evs = run(fresh, Request(model=spec, prompt="import ", settings=SamplerSettings(max_tokens=4, seed=2), n=8))
+    assert not [e for e in evs if isinstance(e, Failed)]
+    assert [e.reason for e in finished(evs)] == ["length"] * 8 and fresh.streams_logprobs is False
+
+
 def test_a_run_through_the_model_thread_keeps_a_partial_trace(server, tmp_path):
     worker = ModelThread()
     try:
