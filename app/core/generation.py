@@ -21,13 +21,12 @@ import numpy as np
 
 from app.core.events import Event, Finished, FinishReason, Message, Prefilled, Request, Step
 from app.core.metrics import Clock
+from app.core.prefill import chunks as prefill_chunks
 from app.core.sampling import History, Sample, start_sample
 from app.core.settings import MAX_SEED, SamplerSettings
 from app.core.trace import RunTrace, StepTrace
 from backends.base import LoadedModel, StreamDecoder, Tokenizer
 from backends.ops import ArrayOps
-
-PREFILL_CHUNK = 512
 
 
 class PromptError(ValueError):
@@ -234,14 +233,15 @@ def generate(model: LoadedModel, request: Request, cancel: threading.Event,
     prefix = prefix if prefix is not None else Prefix()
     cache, reused = prefix.take(model, context)
     logits = None
-    for i in range(reused, len(context), PREFILL_CHUNK):
+    for i, j in prefill_chunks(reused, len(context)):  # sized by time: a cancel waits at most ~one chunk
         if cancel.is_set():
             prefix.keep(model, cache, context)
             for rid in request.run_ids:
                 yield Finished(request.id, "cancelled", replace(clock.metrics(len(context), 0), reused_tokens=reused),
                                None, rid)
             return
-        logits = model.forward([context[i : i + PREFILL_CHUNK]], cache)
+        logits = model.forward([context[i:j]], cache)
+        model.ops.sync([logits])  # computed now, not when a lazy framework (MLX) gets to it: timed, cancellable
     model.ops.sync([logits])  # lazy frameworks (MLX) compute here: the prefill time is the prefill's
     yield Prefilled(request.id, tuple(ids), text, seed, clock.prefilled(), reused)
 
