@@ -17,14 +17,16 @@ TARGET_S = 0.8
 MIN_CHUNK, FIRST_CHUNK, MAX_CHUNK = 1, 16, 512  # tokens
 
 
-def chunks(start: int, end: int, clock: Callable[[], float] = time.perf_counter) -> Iterator[tuple[int, int]]:
-    """Ranges covering [start, end), each sized from the time the caller spent on the one before."""
-    size, i = FIRST_CHUNK, start
+def chunks(start: int, end: int, most: int = MAX_CHUNK,
+           clock: Callable[[], float] = time.perf_counter) -> Iterator[tuple[int, int]]:
+    """Ranges covering [start, end), each sized from the time the caller spent on the one before (at most
+    `most` tokens: an all-positions forward, as surprisal's, holds a row of logits per token)."""
+    size, i = min(FIRST_CHUNK, most), start
     while i < end:
         j = min(end, i + size)
         t0 = clock()
         yield i, j
-        size = next_size(j - i, clock() - t0)
+        size = min(next_size(j - i, clock() - t0), most)
         i = j
 
 

@@ -15,11 +15,11 @@ from app.core.prefill import FIRST_CHUNK, MAX_CHUNK, TARGET_S, chunks
 from app.core.settings import SamplerSettings
 
 
-def simulate(per_token: float, n: int = 5000) -> list[tuple[int, int]]:
+def simulate(per_token: float, n: int = 5000, most: int = MAX_CHUNK) -> list[tuple[int, int]]:
     """The chunks a model taking `per_token` seconds a token gets, on a clock the simulated work advances."""
     now = [0.0]
     out = []
-    for i, j in chunks(100, 100 + n, clock=lambda: now[0]):
+    for i, j in chunks(100, 100 + n, most, clock=lambda: now[0]):
         out.append((i, j))
         now[0] += (j - i) * per_token
     return out
@@ -69,3 +69,7 @@ def test_an_mlx_prefill_in_time_sized_chunks_is_the_same_as_in_one(mlx_model):
         return mlx_model.ops.numpy(out)
 
     np.testing.assert_allclose(logits_by(chunks(0, len(ids))), logits_by(iter([(0, len(ids))])), atol=2e-4)
+
+
+def test_chunks_never_exceed_the_most_asked_for():
+    assert {j - i for i, j in simulate(1e-6, n=1000, most=64)} == {16, 64, 1000 - 16 - 15 * 64}
