@@ -102,6 +102,7 @@ class MainWindow(QMainWindow):
                                         "user message")
         self.branches = BranchTree()
         self._build_actions()
+        self._build_help()
         self._build_branching()
         self._build_sessions()
         self._build_layout()
@@ -142,6 +143,35 @@ class MainWindow(QMainWindow):
         self.run_menu.addAction(reset_action)
         self.generate_button.setToolTip("Generate (Ctrl+Enter)")
         self.stop_button.setToolTip("Stop (Esc)")
+
+    def _build_help(self) -> None:
+        """Edit: undo / redo in the prompt, copy the output (as text, as Markdown), select all; Help: shortcuts,
+        About (app/ui/about.py). In a text field with focus, its own keys win (Ctrl+Z, Ctrl+A, …)."""
+        from app.ui import clipboard
+        from app.ui.about import AboutDialog, ShortcutsDialog, locations, open_dialog
+
+        def select_all() -> None:
+            focused = self.focusWidget()
+            (focused if hasattr(focused, "selectAll") else self.output.text).selectAll()
+
+        key = QKeySequence.StandardKey
+        items = [(self.edit_menu, "&Undo", key.Undo, lambda: self.prompt.field().undo()),
+                 (self.edit_menu, "&Redo", key.Redo, lambda: self.prompt.field().redo()),
+                 (self.edit_menu, "&Copy output", QKeySequence("Ctrl+Shift+C"),
+                  lambda: clipboard.copy(clipboard.output_text(self.playground.shown))),
+                 (self.edit_menu, "Copy output as &Markdown", QKeySequence("Ctrl+Alt+C"),
+                  lambda: clipboard.copy(clipboard.output_markdown(self.playground.shown))),
+                 (self.edit_menu, "Select &All", key.SelectAll, select_all),
+                 (self.help_menu, "&Keyboard shortcuts", key.HelpContents,
+                  lambda: open_dialog(ShortcutsDialog(self.menuBar(), self))),
+                 (self.help_menu, "&About Logit Lab", None, lambda: open_dialog(
+                     AboutDialog(locations(self.store.store.fileName(), state_dir(self.store)), self)))]
+        for menu, text, keys, slot in items:
+            action = menu.addAction(text, slot)
+            if keys is not None:
+                action.setShortcut(keys)
+            if text in ("&Redo", "Copy output as &Markdown", "&Keyboard shortcuts"):
+                menu.addSeparator()
 
     def _build_sessions(self) -> None:
         """File → New / Open / Open Recent / Save / Save As, the title's file name and modified mark, autosave."""

@@ -272,6 +272,13 @@ class PromptEditor(QWidget):
     def prompt(self) -> str:
         return self.completion.toPlainText()
 
+    def field(self) -> QPlainTextEdit:
+        """The text field with focus, else the one in view (the last chat message): Edit → Undo acts on it."""
+        focused = self.focusWidget()
+        if isinstance(focused, QPlainTextEdit) and focused.isVisible():
+            return focused
+        return self.chat.turns[-1].text if self.chat_mode and self.chat.turns else self.completion
+
     def messages(self) -> tuple[Message, ...] | None:
         return self.chat.messages() if self.chat_mode else None
 
