@@ -193,23 +193,31 @@ def print_table(r: dict) -> None:
           + ", ".join(f"{n} (1) {ours[n]:.0%} (3) {base[n]:.0%}" for n in ours))
 
 
-def main(argv: list[str]) -> int:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="logitlab bench", description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="builtin")
+    p.add_argument("--model", default="builtin", help="a local folder, a hub id (owner/name) or 'builtin' "
+                   "(default)")
     p.add_argument("--random", choices=sorted(RANDOM_CONFIGS), help="bench a random-weight Llama of this size")
-    p.add_argument("--backend", choices=["auto", "mlx", "torch", "remote"], default="auto")
+    p.add_argument("--backend", choices=["auto", "mlx", "torch", "remote"], default="auto",
+                   help="auto: MLX on Apple Silicon, else torch (default)")
     p.add_argument("--base-url", help="remote: an OpenAI-compatible server; reports tokens/s at concurrency 1, 4, 16")
     p.add_argument("--api-key-env", metavar="VAR", help="remote: read the API key from this environment variable")
-    p.add_argument("--device", choices=["cuda", "mps", "cpu"])
-    p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"])
-    p.add_argument("--prompt-tokens", type=int, default=128)
-    p.add_argument("--tokens", type=int, default=128)
-    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--device", choices=["cuda", "mps", "cpu"], help="torch device (default: best available)")
+    p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], help="default: float32 on a CPU; on a "
+                   "GPU bfloat16 / float16 (torch) or the file's own (MLX)")
+    p.add_argument("--prompt-tokens", type=int, default=128, help="tokens of the prompt prefilled (default 128)")
+    p.add_argument("--tokens", type=int, default=128, help="tokens generated per run (default 128)")
+    p.add_argument("--repeat", type=int, default=3, help="timed runs per mode, after a warm-up; the median is "
+                   "reported (default 3)")
     p.add_argument("--compile", action="store_true", help="torch: static KV cache + torch.compile'd decode step")
     p.add_argument("--threads", type=thread_count, metavar="N", help="torch: CPU threads (default: 1 for a model "
                    "under 50M parameters, else torch's default)")
-    p.add_argument("--json", action="store_true")
-    args = p.parse_args(argv)
+    p.add_argument("--json", action="store_true", help="print the results as one JSON object")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
     if args.backend == "remote":  # a server: its throughput as we drive it (app/remote_cli.py)
         from app.remote_cli import bench_main as bench_remote
         return bench_remote(args)

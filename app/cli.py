@@ -15,6 +15,10 @@ from pathlib import Path
 from app.core.settings import FIELDS, SamplerSettings, SettingsError, StageOrder
 
 COMMANDS = ("generate", "bench", "models")
+USAGE = """logitlab [options]             open the window
+       logitlab generate [options]    stream a completion to standard output
+       logitlab bench [options]       time generation against a baseline
+       logitlab models [options]      list the models you have (built-in first)"""
 MAX_SAMPLES = 64
 COMPILE_LEN = 1024  # the static cache's length: every compiled step attends over all of it (masked)
 
@@ -22,10 +26,12 @@ COMPILE_LEN = 1024  # the static cache's length: every compiled step attends ove
 def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="builtin", help="a local folder, a hub id (owner/name), or 'builtin' "
                    "(remote: the server's model name; 'builtin': the one it serves)")
-    p.add_argument("--backend", choices=["auto", "mlx", "torch", "remote"], default="auto")
+    p.add_argument("--backend", choices=["auto", "mlx", "torch", "remote"], default="auto",
+                   help="auto: MLX on Apple Silicon, else torch; remote: an OpenAI-compatible server (--base-url)")
     add_remote_args(p)
     p.add_argument("--device", choices=["cuda", "mps", "cpu"], help="torch device (default: best available)")
-    p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"])
+    p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], help="default: float32 on a CPU; on a "
+                   "GPU bfloat16 / float16 (torch) or the file's own (MLX)")
     p.add_argument("--quantize", type=int, choices=[4, 8], help="MLX: quantize the weights on load")
     p.add_argument("--trust-remote-code", action="store_true", help="allow code from the model's repository")
     p.add_argument("--allow-pickle", action="store_true", help="allow non-safetensors weights (weights_only)")
@@ -101,8 +107,8 @@ def generate_parser() -> argparse.ArgumentParser:
 
 
 def window_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="logitlab", description="Logit Lab: watch a language model choose "
-                                "each token. Commands: generate, bench, models (see logitlab COMMAND -h).")
+    p = argparse.ArgumentParser(prog="logitlab", usage=USAGE, description="Logit Lab: watch a language model "
+                                "choose each token. With no command, the window opens; see logitlab COMMAND -h.")
     add_model_args(p)
     p.add_argument("--prompt", help="start with this prompt")
     p.add_argument("--screenshot", help="run one generation, save a screenshot of the window here, and exit")

@@ -93,6 +93,7 @@ class FastLlama:
             # products (43 vs 20 GB/s read, measured on the 0.1B's matrices). On a GPU: CUDA graphs.
             inductor.freezing = True
             select_algorithm.PRINT_AUTOTUNE = False  # its table goes to stderr, over the user's output
+            inductor.max_autotune_report_choices_stats = False  # and so do its choices' stats (torch 2.13)
             mode = "reduce-overhead" if self.device.type == "cuda" else "max-autotune"
             self._compiled = torch.compile(StaticStep(self), mode=mode, fullgraph=True, dynamic=False)
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import psutil
 
+from app.core.models import BUILTIN_LABEL, BUILTIN_NAME, BUILTIN_PATH
 from backends.base import ModelLoadError
 from backends.checks import ConfigShape, read_config, safetensors_header
 from backends.gguf import is_gguf, read_gguf
@@ -169,17 +170,22 @@ def main(argv: list[str]) -> int:
     if missing:
         print(f"logitlab models: error: no folder {missing[0]}", file=sys.stderr)
         return 2
-    entries = scan_cache(args.cache_dir) + [e for f in args.folder for e in scan_folder(f)]
+    entries = [builtin_entry(), *scan_cache(args.cache_dir)] + [e for f in args.folder for e in scan_folder(f)]
     if args.json:
         print(json.dumps([asdict(e) for e in entries], indent=1))
-        return 0
-    if not entries:
-        print(f"No models in the Hugging Face cache{' or those folders' if args.folder else ''}. Open a local "
-              "folder or .gguf file, or give a hub id to download one.")
         return 0
     width = max(48, *(len(e.source) for e in entries))  # a GGUF's source is its path: what to type in --model
     print(f"{'model':{width}} {'size':>9}  {'type':14} {'backends':12} quantization")
     for e in entries:
         print(f"{e.source:{width}} {e.size_bytes / 2**20:7.0f} MB  {e.model_type:14} "
               f"{','.join(e.backends) or '-':12} {e.quantization or ''}")
+    if len(entries) == 1:
+        print(f"\nNo models in the Hugging Face cache{' or those folders' if args.folder else ''} yet. Open a local "
+              "folder or .gguf file, or give a hub id to download one.")
     return 0
+
+
+def builtin_entry() -> ModelEntry:
+    """The model shipped with Logit Lab: listed first wherever models are listed (`logitlab models`, the picker)."""
+    size = sum(f.stat().st_size for f in BUILTIN_PATH.iterdir() if f.is_file()) if BUILTIN_PATH.is_dir() else 0
+    return ModelEntry(BUILTIN_NAME, str(BUILTIN_PATH), size, "llama", ("mlx", "torch"), None, BUILTIN_LABEL)

@@ -28,6 +28,8 @@ from app.core.models import ModelSpec
 from app.core.settings import SettingsError
 from app.ui.branch_tree import BranchTree
 from app.ui.charts import TimelineChart
+from app.ui.code_dialog import CodeDialog, code_request
+from app.ui.exporting import Exporter
 from app.ui.model_bar import ModelBar
 from app.ui.panels import MetricsStrip, ModelCard
 from app.ui.playground import Playground
@@ -103,6 +105,7 @@ class MainWindow(QMainWindow):
         self.branches = BranchTree()
         self._build_actions()
         self._build_help()
+        self._build_tools()
         self._build_branching()
         self._build_sessions()
         self._build_layout()
@@ -172,6 +175,29 @@ class MainWindow(QMainWindow):
                 action.setShortcut(keys)
             if text in ("&Redo", "Copy output as &Markdown", "&Keyboard shortcuts"):
                 menu.addSeparator()
+
+    def _build_tools(self) -> None:
+        """Presets' messages; File → Export (app/ui/exporting.py); Run → View code… (app/ui/code_dialog.py)."""
+        presets = self.sampler.presets
+        presets.failed.connect(self.banner.show_message)
+        if presets.store.error:
+            self.banner.show_message(presets.store.error)
+        self.exporter = Exporter(self, self.playground, {"step": self.step_chart, "timeline": self.timeline})
+        self.exporter.failed.connect(self.banner.show_message)
+        self.exporter.add_to(self.export_menu)
+        self.code_action = QAction("View &code…", self, toolTip="Code that reproduces these settings and the prompt "
+                                   "in mlx-lm, transformers, an OpenAI-compatible server and llama.cpp")
+        self.code_dialog: CodeDialog | None = None
+
+        def show_code() -> None:
+            request = code_request(self.sampler.settings(), self.prompt.prompt(), self.prompt.messages(),
+                                   self.model_bar.source(), self.playground.tokenizer)
+            self.code_dialog = CodeDialog(request, self)
+            self.code_dialog.show()
+
+        self.code_action.triggered.connect(show_code)
+        self.run_menu.addSeparator()
+        self.run_menu.addAction(self.code_action)
 
     def _build_sessions(self) -> None:
         """File → New / Open / Open Recent / Save / Save As, the title's file name and modified mark, autosave."""
@@ -277,6 +303,8 @@ class MainWindow(QMainWindow):
         pg.run_started.connect(lambda _request: self.reply_button.hide())
         pg.finished.connect(lambda _ev: self.reply_button.setVisible(self.prompt.chat_mode and bool(pg.steps)))
         self.sampler.changed.connect(self._sampler_changed)
+        self.model_bar.backend.currentIndexChanged.connect(lambda _i: self.sampler.set_remote(
+            self.model_bar.is_remote()))  # mark the settings a server may not apply
         self.reply_button.clicked.connect(self._add_reply)
         self._wire_surprisal()
 

@@ -304,8 +304,9 @@ def test_logitlab_models_lists_the_folders_it_is_given(gguf_dir: Path, tmp_path:
     assert models_main(["--cache-dir", str(tmp_path / "empty"), "--folder", str(gguf_dir)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["model", "size", "type", "backends", "quantization"]
-    assert [line.split()[0] for line in lines[1:]] == [str(gguf_dir / n) for n in ("tiny-f32.gguf", "tiny-q8_0.gguf")]
-    assert lines[1].split()[3:] == ["llama", "torch", "GGUF", "F32"]
+    assert lines[1].split()[0] == "builtin"  # the built-in model first, as the picker lists it
+    assert [line.split()[0] for line in lines[2:]] == [str(gguf_dir / n) for n in ("tiny-f32.gguf", "tiny-q8_0.gguf")]
+    assert lines[2].split()[3:] == ["llama", "torch", "GGUF", "F32"]
     assert models_main(["--cache-dir", str(tmp_path / "empty"), "--folder", str(tmp_path / "nope")]) == 2
     assert capsys.readouterr().err.strip() == f"logitlab models: error: no folder {tmp_path / 'nope'}"
 

@@ -181,3 +181,43 @@ def test_a_saved_run_opens_in_the_window_with_no_model(tiny_path: Path, tmp_path
     trace.write_text('{"format": "logitlab-trace", "version": 999}\n')
     r = logitlab("--open", str(trace), "--screenshot", str(shot), env=env)
     assert r.returncode == 2 and "cannot open" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_models_lists_the_builtin_model_first_as_the_picker_does(tmp_path: Path):
+    r = logitlab("models", "--cache-dir", str(tmp_path / "empty-cache"))
+    assert r.returncode == 0, r.stderr
+    header, builtin, *rest = r.stdout.splitlines()
+    assert header.split() == ["model", "size", "type", "backends", "quantization"]
+    assert builtin.split()[:2] == ["builtin", "11"] and builtin.split()[3:5] == ["llama", "mlx,torch"]
+    assert "No models in the Hugging Face cache yet" in rest[-1]
+    listed = json.loads(logitlab("models", "--cache-dir", str(tmp_path / "empty-cache"), "--json").stdout)
+    assert [e["source"] for e in listed] == ["builtin"] and listed[0]["size_bytes"] > 5_000_000
+
+
+def test_help_names_every_command_and_explains_every_flag():
+    from app.bench import parser as bench_parser
+    from app.cli import generate_parser, window_parser
+
+    usage = logitlab("--help").stdout.split("\n\n")[0]
+    for command in ("generate", "bench", "models"):
+        assert f"logitlab {command} [options]" in usage
+    for p in (window_parser(), generate_parser(), bench_parser()):
+        assert [a.option_strings for a in p._actions if not a.help] == [], p.prog
+
+
+def test_generate_ends_its_output_with_a_newline(tiny_path: Path):
+    one = logitlab("generate", "--model", str(tiny_path), "--prompt", "Hello", "--max-tokens", "5", "--seed", "2")
+    two = logitlab("generate", "--model", str(tiny_path), "--prompt", "Hello", "--max-tokens", "5", "--seed", "2",
+                   "--n", "2")
+    assert one.returncode == two.returncode == 0, one.stderr + two.stderr
+    assert one.stdout.endswith("\n") and two.stdout.endswith("\n")
+
+
+@pytest.mark.slow  # a torch.compile of the decode step: ~50 s
+def test_compile_keeps_standard_error_for_the_user(tiny_path: Path):
+    r = logitlab("generate", "--model", str(tiny_path), "--backend", "torch", "--compile", "--prompt", "Hello",
+                 "--max-tokens", "4", "--seed", "1")
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.splitlines()
+    assert lines[-1].startswith("[length]") or lines[-1].startswith("[eos]")
+    assert [x for x in lines if x.startswith(("Finding", "Loading", "loaded", "seed", "["))] == lines, r.stderr
