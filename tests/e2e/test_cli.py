@@ -214,9 +214,10 @@ def test_generate_ends_its_output_with_a_newline(tiny_path: Path):
 
 
 @pytest.mark.slow  # a torch.compile of the decode step: ~50 s
-def test_compile_keeps_standard_error_for_the_user(tiny_path: Path):
+def test_compile_keeps_standard_error_for_the_user(tiny_path: Path, tmp_path: Path):
+    cold = {**ENV, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}  # a cold cache: autotuning runs
     r = logitlab("generate", "--model", str(tiny_path), "--backend", "torch", "--compile", "--prompt", "Hello",
-                 "--max-tokens", "4", "--seed", "1")
+                 "--max-tokens", "4", "--seed", "1", env=cold)
     assert r.returncode == 0, r.stderr
     lines = r.stderr.splitlines()
     assert lines[-1].startswith("[length]") or lines[-1].startswith("[eos]")
