@@ -128,6 +128,8 @@ class Exporter(QObject):
     def ask_and_export(self, key: str) -> None:
         kind = KIND[key]
         trace = self.playground.trace
+        if self._nothing(kind):
+            return
         name = f"logitlab-run{trace.run_id if trace is not None else ''}{kind.suffix}"
         path = self.ask_save(kind.label.rstrip("…"), name, kind.filter)
         if path:
@@ -137,8 +139,7 @@ class Exporter(QObject):
         """Write export `key` to `path`; False (and one `failed` line) when there is nothing or it fails."""
         kind = KIND[key]
         trace = self.playground.trace
-        if kind.chart is None and trace is None:
-            self.failed.emit("Nothing to export yet: the output and the trace are there once a run has finished.")
+        if self._nothing(kind):
             return False
         try:
             self._write(kind, path, trace)
@@ -147,6 +148,13 @@ class Exporter(QObject):
             return False
         self.written.emit(path)
         return True
+
+    def _nothing(self, kind: Kind) -> bool:
+        """Nothing to export of this kind yet (then one `failed` line says so)."""
+        if kind.chart is None and self.playground.trace is None:
+            self.failed.emit("Nothing to export yet: the output and the trace are there once a run has finished.")
+            return True
+        return False
 
     def _write(self, kind: Kind, path: str, trace: RunTrace | None) -> None:
         if kind.chart is not None:
