@@ -1,20 +1,16 @@
 """Exports of a finished run, drawn from its recorded trace only: the output as Markdown or HTML with each token
 shaded by the probability it was drawn with (the output view's colours), the steps as CSV (a row per step or a
-row per candidate), and `write_atomic`, which every file a user keeps goes through (temporary file in the same
-folder, fsync, rename). Pure text and colour maths: no Qt; the JSON Lines trace is `RunTrace.save`.
+row per candidate). Pure text and colour maths: no Qt; the JSON Lines trace is `RunTrace.save`; files are written
+by `app.core.files.write_atomic`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import html
 import io
 import math
-import os
-import tempfile
 from collections.abc import Iterable
-from pathlib import Path
 
 from app.core.settings import SamplerSettings
 from app.core.trace import RunTrace, StepTrace
@@ -24,31 +20,6 @@ ALPHA = 120  # of the shading, over 255: translucent, so text stays readable
 STEP_COLUMNS = ("step", "token_id", "text", "prob", "logprob", "raw_prob", "raw_logprob", "rank", "entropy",
                 "final_entropy", "u", "seconds")
 CANDIDATE_COLUMNS = ("step", "candidate", "token_id", "text", "raw_prob", "prob", "cut_by", "drawn")
-
-
-def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
-    """Write `data` (text as UTF-8) to a temporary file beside `path`, fsync it, then rename it over `path`:
-    a reader sees the old file or the whole new one, never half of one."""
-    path = Path(path)
-    raw = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(raw)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; this is an ordinary user file
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    with contextlib.suppress(OSError):  # the rename survives a crash once the folder is synced (POSIX)
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
 
 
 # shading ------------------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.core.export import write_atomic
+from app.core.files import write_atomic
 from app.core.settings import SamplerSettings, SettingsError, StageOrder
 
 FORMAT = "logitlab-presets"

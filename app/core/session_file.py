@@ -16,6 +16,7 @@ from typing import Any
 
 from app.core import trace_file
 from app.core.events import Finished, Message, Prefilled, Request
+from app.core.files import write_lines
 from app.core.metrics import Metrics
 from app.core.models import BUILTIN_NAME, ModelSpec
 from app.core.session import Run, Session
@@ -62,7 +63,7 @@ class SavedSession:
 def save(doc: SavedSession, path: str | os.PathLike, cache: EncodedTraces | None = None) -> None:
     """Write the session atomically: a reader sees the old file or the whole new one, never half of it. With
     `cache`, each run's trace is encoded once and its lines reused by later saves."""
-    trace_file._write_atomic(Path(path), encode(doc, cache))
+    write_lines(path, encode(doc, cache))
 
 
 def encode(doc: SavedSession, cache: EncodedTraces | None = None) -> Iterator[str]:

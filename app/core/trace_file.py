@@ -5,11 +5,9 @@ file and line; nothing is half-loaded. `RunTrace.save` / `RunTrace.load` are the
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
-import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, fields
 from pathlib import Path
@@ -17,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from app.core.files import write_lines
 from app.core.metrics import Metrics
 from app.core.settings import SamplerSettings
 from app.core.trace import SCALARS, RunTrace, Sample, StepTrace, _floats
@@ -32,7 +31,7 @@ class TraceFormatError(ValueError):
 def save(run: RunTrace, path: str | os.PathLike) -> None:
     """Write the trace as JSON Lines (a header, one line per step, a footer), atomically: a reader sees the
     old file or the whole new one, never half of it."""
-    _write_atomic(Path(path), (json.dumps(obj, ensure_ascii=False, allow_nan=False) for obj in to_lines(run)))
+    write_lines(path, (json.dumps(obj, ensure_ascii=False, allow_nan=False) for obj in to_lines(run)))
 
 def load(path: str | os.PathLike) -> RunTrace:
     """Read a file `save` wrote; a newer, damaged or truncated file raises `TraceFormatError`."""
@@ -165,26 +164,3 @@ def _nonfinite(v: Any) -> Any:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise TypeError(f"expected numbers, got {v!r}")
     return v
-
-
-def _write_atomic(path: Path, lines: Iterable[str]) -> None:
-    """Write to a temporary file in the same folder, flush and fsync it, then rename it over `path`."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            for line in lines:
-                f.write(line + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; a trace is an ordinary user file
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    with contextlib.suppress(OSError):  # the rename itself survives a crash once the folder is synced (POSIX)
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)

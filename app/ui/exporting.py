@@ -21,6 +21,7 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QFileDialog, QMenu, QWidget
 
 from app.core import export
+from app.core.files import write_atomic
 from app.core.trace import RunTrace
 
 if TYPE_CHECKING:
@@ -159,8 +160,8 @@ class Exporter(QObject):
     def _write(self, kind: Kind, path: str, trace: RunTrace | None) -> None:
         if kind.chart is not None:
             plot = self.charts[kind.chart]
-            export.write_atomic(path, chart_png(plot) if kind.suffix == ".png" else chart_svg(plot))
+            write_atomic(path, chart_png(plot) if kind.suffix == ".png" else chart_svg(plot))
         elif kind.key == "jsonl":
             trace.save(path)
         else:
-            export.write_atomic(path, TEXTS[kind.key](trace))
+            write_atomic(path, TEXTS[kind.key](trace))

@@ -24,8 +24,8 @@ from app.core.export import (
     steps_csv,
     to_html,
     to_markdown,
-    write_atomic,
 )
+from app.core.files import write_atomic
 from app.core.trace import RunTrace
 from tests.core.test_trace import make_run
 
