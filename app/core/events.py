@@ -103,6 +103,7 @@ class Finished:
     trace: RunTrace | None  # None when nothing was generated (a cancelled download)
     run_id: int = 0  # 0: the request's own id (its first run)
     sequence: int = 0
+    message: str = ""  # for "error": what went wrong with this run, a line a person can act on
 
     def __post_init__(self) -> None:
         if not self.run_id:

@@ -5,8 +5,9 @@ The server samples. It gets the settings it can take (`server_params`); `SERVER_
 cannot express, for the sampler panel to show. Each step records what the server reported (`Sample.partial`:
 its top log-probabilities, stages not observed). N samples run as concurrent requests, at most
 `ModelSpec.concurrency` at once. Stop closes the streams within one token. An error ends the run with reason
-"error", its tokens kept, after one `Failed` line. A branch sends its prefix (inherited steps, forced token) as
-the prompt. No threads outlive a run's need: each request's reader is a daemon thread that exits on stop.
+"error", its tokens kept, and says why in `Finished.message`. A branch sends its prefix (inherited steps, forced
+token) as the prompt. No threads outlive a run's need: each request's reader is a daemon thread that exits on
+stop.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from app.core.events import Event, Failed, Finished, FinishReason, Message, Prefilled, Request, Step
+from app.core.events import Event, Finished, FinishReason, Message, Prefilled, Request, Step
 from app.core.metrics import Clock
 from app.core.models import ModelSpec, is_builtin
 from app.core.secrets import api_key
@@ -244,9 +245,8 @@ def _stream_all(model: RemoteModel, request: Request, runs: list[_Run], prompt: 
         elif isinstance(item, End):
             run.prompt_tokens = item.prompt_tokens or 0
             yield _finish(request, open_runs.pop(i), _reason(item, request.settings), model.streams_logprobs)
-        else:
-            yield Failed(request.id, str(item))
-            yield _finish(request, open_runs.pop(i), "error")
+        else:  # this sample's error ends this sample: the others go on
+            yield _finish(request, open_runs.pop(i), "error", message=str(item))
 
 
 def _read(model: RemoteModel, params: dict, prompt: str, messages: list | None, top_n: int, sequence: int,
@@ -277,20 +277,20 @@ def _step(request: Request, run: _Run, st: StepTrace) -> Step:
     return Step(request.id, st.step, st.token_id, st.text, st, 0, run.id, run.sequence)
 
 
-def _finish(request: Request, run: _Run, reason: FinishReason, streamed: bool | None = True) -> Finished:
+def _finish(request: Request, run: _Run, reason: FinishReason, streamed: bool | None = True,
+            message: str = "") -> Finished:
     """The run's end. What a server's stream shows of its time: the prefill within the time to first token; a
     whole answer arrives at once, so neither its prefill nor its decode speed is measured (0: not known)."""
     m = run.clock.metrics(run.prompt_tokens, 0)
     metrics = replace(m, prefill_s=m.ttft_s) if streamed is not False else replace(
         m, prefill_s=0.0, decode_s=0.0, itl_mean_s=0.0, itl_p95_s=0.0)
     run.trace.finish_reason, run.trace.metrics = reason, metrics
-    return Finished(request.id, reason, metrics, run.trace, run.id, run.sequence)
+    return Finished(request.id, reason, metrics, run.trace, run.id, run.sequence, message)
 
 
 def _fail_all(request: Request, runs: list[_Run], message: str) -> Iterator[Event]:
-    yield Failed(request.id, message)
     for run in runs:
-        yield _finish(request, run, "error")
+        yield _finish(request, run, "error", message=message)
 
 
 def _reason(end: End, settings: SamplerSettings) -> FinishReason:

@@ -146,6 +146,8 @@ class Playground(QObject):
         self._follow.stop()
         self.finished.emit(run.finished)
         self.show_step()
+        if run.finished.message:
+            self.failed.emit(run.finished.message)
 
     def open_session(self, session: Session, shown: int | None = None) -> bool:
         """Replace the session by `session` (finished runs, as `session_file.to_session` makes them) and show run
@@ -171,6 +173,8 @@ class Playground(QObject):
         self._follow.stop()
         self.finished.emit(run.finished)
         self.show_step()
+        if run.finished.message:
+            self.failed.emit(run.finished.message)
 
     # branches -----------------------------------------------------------------------------------------------
     def show_run(self, run_id: int) -> None:
@@ -387,6 +391,8 @@ class Playground(QObject):
                 self._follow.stop()  # the last redraw is due now, with every step in: never skipped
                 self.finished.emit(ev)
                 self.show_step()
+                if ev.message:  # a run that ended in error says why (its tokens stay shown)
+                    self.failed.emit(ev.message)
         elif isinstance(ev, Scored):
             self.scored.emit(ev)
         elif isinstance(ev, Failed):

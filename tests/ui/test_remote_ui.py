@@ -3,10 +3,13 @@ UI thread) and the sampler panel's marks for what a server may not apply."""
 
 from __future__ import annotations
 
+from app.core.models import ModelSpec
 from app.core.remote_run import SERVER_NOTES
+from app.ui.main_window import MainWindow
 from app.ui.model_bar import ModelBar
 from app.ui.sampler_panel import SamplerPanel
 from tests.remote_fake import fake_server, stream_tokens
+from tests.ui.conftest import RUN_TIMEOUT
 
 
 def test_the_remote_backend_shows_its_fields_and_makes_a_remote_spec(qtbot):
@@ -56,3 +59,30 @@ def test_the_sampler_panel_marks_what_a_server_may_not_apply(qtbot):
     assert {name: n.toolTip() for name, n in panel.notes.items()} == SERVER_NOTES
     panel.set_remote(False)
     assert not any(n.isVisible() for n in panel.notes.values()) and panel.order.isEnabled()
+
+
+
+def test_a_run_cut_by_the_server_keeps_its_tokens_and_says_why(qtbot, store):
+    """The server closes each stream after 3 tokens: the output keeps them, the banner says what happened once,
+    and showing that run again (as the branch tree does) says it again."""
+    with fake_server(stream_tokens(3, then=lambda h: h.cut())) as srv:
+        w = MainWindow(settings=store, spec=ModelSpec(source="fake-model", backend="remote"))
+        qtbot.addWidget(w)
+        w.model_bar.remote.url.setText(srv.url)  # before the preload reads the bar
+        w.sessions.ask = lambda: "discard"
+        w.show()
+        qtbot.waitUntil(lambda: w.playground.info is not None, timeout=RUN_TIMEOUT)
+        messages = []
+        w.playground.failed.connect(messages.append)
+        runs = []
+        for _ in range(2):
+            with qtbot.waitSignal(w.playground.finished, timeout=RUN_TIMEOUT) as got:
+                w.generate()
+            runs.append(got.args[0])
+    assert [(r.reason, r.message) for r in runs] == [("error", messages[0])] * 2 and len(messages) == 2
+    assert "after 3 tokens" in messages[0] and not w.banner.isHidden() and w.banner.label.text() == messages[0]
+    assert w.output.text.toPlainText() == "w0w1w2"
+    w.banner.hide()
+    w.playground.show_run(runs[0].run_id)
+    assert len(messages) == 3 and not w.banner.isHidden() and w.output.text.toPlainText() == "w0w1w2"
+    w.close()
