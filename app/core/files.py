@@ -1,6 +1,7 @@
 """Files a user keeps (traces, sessions, presets, exports) are written atomically: to a temporary file beside the
 target, flushed and fsynced, then renamed over it, so a reader sees the old file or the whole new one. One
-implementation for every writer; what goes in the file is the caller's.
+implementation for every writer; what goes in the file is the caller's. Each kind of file starts with a header
+naming its format and version, checked by `check_header` when read.
 """
 
 from __future__ import annotations
@@ -43,3 +44,14 @@ def write_chunks(path: str | os.PathLike, chunks: Iterable[bytes]) -> None:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+
+
+def check_header(obj: object, fmt: str, version: int, kind: str, error: type[Exception]) -> None:
+    """Raise `error` unless `obj` is a header of format `fmt` at `version` or older: a file of another kind, or
+    one a newer Logit Lab wrote, is refused with a message that says which and what to do."""
+    if not isinstance(obj, dict) or obj.get("format") != fmt:
+        raise error(f"not a Logit Lab {kind} file (no {kind} header)")
+    found = obj.get("version")
+    if not isinstance(found, int) or found > version:
+        raise error(f"written by a newer Logit Lab ({kind} format {found}; this one reads up to {version}): "
+                    f"update Logit Lab to open it")

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.core.files import write_atomic
+from app.core.files import check_header, write_atomic
 from app.core.settings import SamplerSettings, SettingsError, StageOrder
 
 FORMAT = "logitlab-presets"
@@ -127,12 +127,10 @@ def loads(data: bytes | str, name: str = "<presets>") -> list[Preset]:
         obj = json.loads(data)
     except (ValueError, UnicodeDecodeError) as e:
         raise PresetFileError(f"{name} is damaged (not JSON: {e})") from None
-    if not isinstance(obj, dict) or obj.get("format") != FORMAT:
-        raise PresetFileError(f"{name} is not a Logit Lab presets file")
-    version = obj.get("version")
-    if not isinstance(version, int) or version > VERSION:
-        raise PresetFileError(f"{name} was written by a newer Logit Lab (presets format {version}; this one "
-                              f"reads up to {VERSION}): update Logit Lab to use it")
+    try:
+        check_header(obj, FORMAT, VERSION, "presets", PresetFileError)
+    except PresetFileError as e:
+        raise PresetFileError(f"{name}: {e}") from None
     items = obj.get("presets")
     if not isinstance(items, list):
         raise PresetFileError(f"{name} is damaged (no list of presets)")

@@ -16,7 +16,7 @@ from typing import Any
 
 from app.core import trace_file
 from app.core.events import Finished, Message, Prefilled, Request
-from app.core.files import write_lines
+from app.core.files import check_header, write_lines
 from app.core.metrics import Metrics
 from app.core.models import BUILTIN_NAME, ModelSpec
 from app.core.session import Run, Session
@@ -204,12 +204,7 @@ def _header(obj: dict[str, Any], name: str) -> tuple[SavedSession, int]:
 
 
 def _header_fields(obj: dict[str, Any]) -> tuple[SavedSession, int]:
-    if obj.get("format") != FORMAT:
-        raise SessionFormatError("not a Logit Lab session (no session header)")
-    version = obj.get("version")
-    if not isinstance(version, int) or version > VERSION:
-        raise SessionFormatError(f"written by a newer Logit Lab (session format {version}; this one reads up to "
-                                 f"{VERSION}): update Logit Lab to open it")
+    check_header(obj, FORMAT, VERSION, "session", SessionFormatError)
     model, count, shown = obj["model"], obj["runs"], obj["shown"]
     if not isinstance(count, int) or count < 0 or not (shown is None or isinstance(shown, int)):
         raise TypeError(f"runs {count!r}, shown {shown!r}")

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from app.core.files import write_lines
+from app.core.files import check_header, write_lines
 from app.core.metrics import Metrics
 from app.core.settings import SamplerSettings
 from app.core.trace import SCALARS, RunTrace, Sample, StepTrace, _floats
@@ -81,12 +81,7 @@ def from_lines(lines: Iterable[str | bytes], name: str = "<trace>") -> RunTrace:
 
 
 def _header(obj: dict[str, Any]) -> RunTrace:
-    if obj.get("format") != FORMAT:
-        raise TraceFormatError("not a Logit Lab trace (no trace header)")
-    version = obj.get("version")
-    if not isinstance(version, int) or version > VERSION:
-        raise TraceFormatError(f"written by a newer Logit Lab (trace format {version}; this one reads up to "
-                               f"{VERSION}): update Logit Lab to open it")
+    check_header(obj, FORMAT, VERSION, "trace", TraceFormatError)
     parent = obj["parent"]
     return RunTrace(prompt_ids=[int(i) for i in obj["prompt_ids"]],
                     settings=SamplerSettings.from_dict(obj["settings"]), seed=int(obj["seed"]),
