@@ -1,8 +1,14 @@
-"""Startup: seconds from process creation to the window shown (offscreen), heavy imports deferred.
+"""Startup: seconds from process creation to the window shown (its first paint, offscreen), heavy imports deferred.
 
-Baseline in the same run: an empty PySide6 window, the floor for any Qt program on this machine.
+Baseline in the same run: an empty PySide6 window, the floor for any Qt program on this machine. `--before DIR`
+also measures another checkout's window (e.g. `git archive HEAD | tar -x -C /tmp/before`). The variants
+alternate, one process each per round, and medians are reported: on a busy machine the load moves all alike.
 
-    python benchmarks/startup.py [--repeat 5]
+    python benchmarks/startup.py [--repeat 5] [--before DIR]
+
+"Shown" is the first moment the event loop is free after the window's first paint (a zero timer posted from
+that paint), so work queued behind the paint (building the charts) is not counted; "complete" is one turn of
+the loop later, once that work is done.
 """
 
 from __future__ import annotations
@@ -19,10 +25,37 @@ PROBE = """
 import time, psutil, sys, json
 created = psutil.Process().create_time()
 {body}
-app.processEvents()
-shown = time.time() - created
-heavy = sorted(m for m in ("torch", "mlx", "transformers", "mlx_lm") if m in sys.modules)
-print(json.dumps({{"shown_s": shown, "cpu_s": time.process_time(), "heavy_imported": heavy}}), flush=True)
+from PySide6.QtCore import QEvent, QObject, QTimer
+
+marks = {{}}
+LATER = ("pyqtgraph", "superqt", "torch", "mlx", "transformers")
+
+
+def mark(name):
+    marks[name] = {{"s": time.time() - created, "cpu_s": time.process_time(),
+                   "imported": [m for m in LATER if m in sys.modules]}}
+
+
+class FirstPaint(QObject):
+    seen = False
+
+    def eventFilter(self, obj, ev):
+        if ev.type() == QEvent.Type.Paint and not self.seen:  # the window's own paint comes before its children's
+            self.seen = True
+            QTimer.singleShot(0, self, self.shown)  # runs once this paint (and what it paints) is done
+        return False
+
+    def shown(self):
+        mark("shown")
+        QTimer.singleShot(0, self, lambda: mark("complete"))  # behind what was queued during the paint
+
+
+first_paint = FirstPaint()
+w.installEventFilter(first_paint)
+w.show()
+while "complete" not in marks:
+    app.processEvents()
+print(json.dumps(marks), flush=True)
 import os; os._exit(0)
 """
 APP = """
@@ -31,14 +64,13 @@ from app.ui.main import make_app
 app = make_app()
 from app.ui.main_window import MainWindow
 w = MainWindow(settings=QSettings(sys.argv[1], QSettings.Format.IniFormat))
-w.show()
 """
-PYCACHE = os.path.join(tempfile.gettempdir(), "logitlab-startup-pycache")
 EMPTY = """
 from PySide6.QtWidgets import QApplication, QWidget
 app = QApplication(sys.argv[:1])
-w = QWidget(); w.resize(1400, 860); w.show()
+w = QWidget(); w.resize(1400, 860)
 """
+PYCACHE = os.path.join(tempfile.gettempdir(), "logitlab-startup-pycache")
 
 
 def environment() -> dict[str, str]:
@@ -48,30 +80,51 @@ def environment() -> dict[str, str]:
     return {**env, "QT_QPA_PLATFORM": "offscreen", "PYTHONPYCACHEPREFIX": PYCACHE}
 
 
-def measure(body: str, repeat: int) -> dict:
-    env = environment()
-    runs = []
-    for i in range(repeat + 1):  # the first run fills the bytecode cache and is not counted
-        ini = os.path.join(tempfile.mkdtemp(), "s.ini")
-        out = subprocess.run([sys.executable, "-c", PROBE.format(body=body), ini], capture_output=True, text=True,
-                             env=env, timeout=120)
-        if i:
-            runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
-    return {"median_s": statistics.median(r["shown_s"] for r in runs),
-            "cpu_s": statistics.median(r["cpu_s"] for r in runs), "heavy_imported": runs[-1]["heavy_imported"]}
+def probe(body: str, cwd: str) -> dict:
+    ini = os.path.join(tempfile.mkdtemp(), "s.ini")
+    out = subprocess.run([sys.executable, "-c", PROBE.format(body=body), ini], capture_output=True, text=True,
+                         env=environment(), cwd=cwd, timeout=120)
+    if out.returncode:
+        raise SystemExit(f"probe failed in {cwd}:\n{out.stderr}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def summary(runs: list[dict]) -> dict:
+    def median(mark: str, key: str) -> float:
+        return statistics.median(r[mark][key] for r in runs)
+
+    return {"shown": median("shown", "s"), "shown_cpu": median("shown", "cpu_s"),
+            "complete": median("complete", "s"), "complete_cpu": median("complete", "cpu_s"),
+            "imported": runs[-1]["shown"]["imported"]}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--before", metavar="DIR", help="another checkout whose window is measured alongside")
     args = ap.parse_args()
-    empty, app = measure(EMPTY, args.repeat), measure(APP, args.repeat)
-    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores; medians of "
-          f"{args.repeat}; CPU: the process's own CPU time by then (steadier than wall time on a busy machine)")
-    print(f"empty PySide6 window (baseline): {empty['median_s']:.2f} s, CPU {empty['cpu_s']:.2f} s")
-    print(f"Logit Lab window shown:          {app['median_s']:.2f} s, CPU {app['cpu_s']:.2f} s  "
-          f"({app['median_s'] / empty['median_s']:.2f}x the baseline, CPU {app['cpu_s'] / empty['cpu_s']:.2f}x; "
-          f"frameworks imported by then: {app['heavy_imported'] or 'none'})")
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    variants = {"empty PySide6 window (baseline)": (EMPTY, here)}
+    if args.before:
+        variants["Logit Lab, before (--before)"] = (APP, os.path.abspath(args.before))
+    variants["Logit Lab window"] = (APP, here)
+    runs: dict[str, list[dict]] = {name: [] for name in variants}
+    loads = [os.getloadavg()[0]]
+    for i in range(args.repeat + 1):  # round 0 fills the bytecode caches and is not counted
+        for name, (body, cwd) in variants.items():
+            r = probe(body, cwd)
+            if i:
+                runs[name].append(r)
+        loads.append(os.getloadavg()[0])
+    print(f"load average (1 min) {min(loads):.2f}–{max(loads):.2f} on {os.cpu_count()} cores; medians of "
+          f"{args.repeat} alternated rounds; CPU: the process's own CPU time by then (steadier than wall time)")
+    base = summary(runs[next(iter(runs))])
+    for name, rs in runs.items():
+        s = summary(rs)
+        print(f"{name:34s} shown {s['shown']:.2f} s, CPU {s['shown_cpu']:.2f} s "
+              f"({s['shown'] / base['shown']:.2f}x / CPU {s['shown_cpu'] / base['shown_cpu']:.2f}x the baseline); "
+              f"complete {s['complete']:.2f} s, CPU {s['complete_cpu']:.2f} s; imported when shown: "
+              f"{', '.join(s['imported']) or 'none of ' + '/'.join(('pyqtgraph', 'superqt', 'torch', 'mlx'))}")
 
 
 if __name__ == "__main__":

@@ -1,13 +1,13 @@
 """pyqtgraph charts: the selected step's distribution stage by stage, and the run's timeline.
 
 Plot items are created once and updated in place (`setOpts` / `setData`), never rebuilt per token. Values are
-checked before drawing: pyqtgraph blanks on NaN, so a non-finite value is shown as 0 and flagged.
+checked before drawing: pyqtgraph blanks on NaN, so a non-finite value is shown as 0 and flagged. The window
+holds these charts through app/ui/chart_host.py, which imports this module (and pyqtgraph) after the first paint.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pyqtgraph as pg
@@ -20,8 +20,7 @@ from app.core.events import Step
 from app.core.trace import Sample, StepTrace
 from app.ui.token_view import DIVERGED, visible
 
-if TYPE_CHECKING:
-    from app.ui.playground import Playground
+pg.setConfigOptions(antialias=False, useNumba=False)  # where pyqtgraph is first imported
 
 RAW = QColor(100, 149, 237)  # cornflower: what the model proposed
 FINAL = QColor(255, 140, 0)  # orange: what the sampler drew from
@@ -270,7 +269,8 @@ class StepChart(ThemedPlot):
 
 class TimelineChart(ThemedPlot):
     """Chosen-token probability (left axis) and entropy (right axis) per step; click to select a step. The
-    most uncertain steps (`uncertain_steps`) carry a mark: clicking one asks to fork there with the runner-up."""
+    most uncertain steps (`uncertain_steps`) carry a mark: clicking one asks to fork there with the runner-up.
+    Bound to the view-model through its host (`chart_host.TimelineHost.bind`)."""
 
     step_clicked = Signal(int)
     uncertain_clicked = Signal(int)  # step
@@ -369,23 +369,13 @@ class TimelineChart(ThemedPlot):
     def set_cursor(self, step: int) -> None:
         self.cursor.setValue(step)
 
-    def bind(self, playground: Playground) -> None:
-        """The shown run's steps, redrawn with the cursor whenever the view-model shows a step (at most 10 times
-        a second while streaming); a click selects a step."""
-        playground.run_started.connect(lambda _request: self.clear_run())
-        playground.steps_appended.connect(self.append_steps)
-        playground.step_shown.connect(lambda i, trace: self._show(i, trace, playground.streaming))
-        playground.preview_changed.connect(lambda _s, trace: self.set_cursor(trace.step))
-        playground.diverged.connect(self.mark_divergence)
-        self.step_clicked.connect(playground.select_step)
-
     def append_steps(self, steps: list[Step]) -> None:
         traces = [s.trace for s in steps if s.trace is not None]
         nan = float("nan")  # not reported (a server's partial trace): the timeline shows a gap, not a number
         self.append([nan if t.prob is None else t.prob for t in traces],
                     [nan if t.sample.entropy is None else t.sample.entropy for t in traces])
 
-    def _show(self, _i: int, trace: StepTrace, streaming: bool = False) -> None:
+    def show_step(self, _i: int, trace: StepTrace, streaming: bool = False) -> None:
         """Redraw with the cursor on `trace`'s step; while a run streams, half a chart interval later, so that this
         chart and the step chart (each ~10 ms) repaint in different frames instead of stalling one."""
         self._due = trace.step

@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pyqtgraph as pg
-from pyqtgraph.exporters import ImageExporter, SVGExporter
 from PySide6.QtCore import QBuffer, QIODevice, QObject, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QFileDialog, QMenu, QWidget
@@ -56,7 +54,10 @@ TEXTS: dict[str, Callable[[RunTrace], str]] = {"markdown": export.to_markdown, "
                                                 "candidates_csv": export.candidates_csv}
 
 
-def chart_png(plot: pg.PlotWidget) -> bytes:
+def chart_png(plot: QWidget) -> bytes:
+    """A pyqtgraph chart (or its host, app/ui/chart_host.py) as PNG bytes."""
+    from pyqtgraph.exporters import ImageExporter  # pyqtgraph: imported on use, never before the first paint
+
     exporter = ImageExporter(plot.scene())
     exporter.parameters()["width"] = int(exporter.parameters()["width"] * PNG_SCALE)
     image = exporter.export(toBytes=True)
@@ -66,17 +67,19 @@ def chart_png(plot: pg.PlotWidget) -> bytes:
     return bytes(buf.data())
 
 
-def chart_svg(plot: pg.PlotWidget) -> bytes:
-    with _closed_paths_accepted():
+def chart_svg(plot: QWidget) -> bytes:
+    from pyqtgraph.exporters import SVGExporter
+
+    with _closed_paths_accepted(SVGExporter):
         return SVGExporter(plot.scene()).export(toBytes=True)
 
 
 @contextlib.contextmanager
-def _closed_paths_accepted() -> Iterator[None]:
+def _closed_paths_accepted(exporter: type) -> Iterator[None]:
     """pyqtgraph 0.14's SVG exporter cannot parse a closed path ("... L0,0 Z", which Qt 6 writes for every view
     box: pyqtgraph issue #3495). While exporting, drop the "Z" of paths that already end where they start (the
     same drawing) before pyqtgraph rewrites their coordinates."""
-    module = sys.modules[SVGExporter.__module__]
+    module = sys.modules[exporter.__module__]
     original = module.correctCoordinates
 
     def correct(node: Any, defs: Any, item: Any, options: Any) -> Any:
@@ -103,7 +106,7 @@ class Exporter(QObject):
     failed = Signal(str)
     written = Signal(str)  # the path
 
-    def __init__(self, parent: QWidget, playground: Playground, charts: dict[str, pg.PlotWidget]) -> None:
+    def __init__(self, parent: QWidget, playground: Playground, charts: dict[str, QWidget]) -> None:
         super().__init__(parent)
         self.playground = playground
         self.charts = charts

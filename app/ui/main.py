@@ -46,9 +46,6 @@ def run_window(spec: ModelSpec, settings: SamplerSettings, prompt: str | None = 
                   "'logitlab generate' in a terminal, or '--screenshot out.png')", file=sys.stderr)
             return 1
         os.environ["QT_QPA_PLATFORM"] = "offscreen"  # a screenshot needs no screen
-    import pyqtgraph as pg
-
-    pg.setConfigOptions(antialias=False, useNumba=False)
     app = make_app()
     from app.ui.main_window import MainWindow
 

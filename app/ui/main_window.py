@@ -27,7 +27,7 @@ from app.core.model_thread import ModelThread
 from app.core.models import ModelSpec
 from app.core.settings import SettingsError
 from app.ui.branch_tree import BranchTree
-from app.ui.charts import TimelineChart
+from app.ui.chart_host import TimelineHost
 from app.ui.code_dialog import CodeDialog, code_request
 from app.ui.exporting import Exporter
 from app.ui.model_bar import ModelBar
@@ -93,7 +93,7 @@ class MainWindow(QMainWindow):
         self.output = TokenView()
         self.step_panel = StepPanel()
         self.step_chart, self.step_title = self.step_panel.chart, self.step_panel.title
-        self.timeline = TimelineChart()
+        self.timeline = TimelineHost()  # a charts.TimelineChart, built after the first paint
         self.metrics = MetricsStrip()
         self.model_card = ModelCard()
         self.banner = Banner()

@@ -23,11 +23,11 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from superqt import QLabeledDoubleSlider, QLabeledSlider
 
 from app.core.remote_run import SERVER_NOTES
 from app.core.settings import FIELDS, SamplerSettings, StageOrder
 from app.ui.presets_box import PresetsBox
+from app.ui.sliders import LabeledDoubleSlider, LabeledSlider
 
 UI_MAX_SEED = 2**31 - 1  # QSpinBox holds a signed 32-bit int
 ORDER_LABELS = {
@@ -41,7 +41,7 @@ def _slider(f) -> QWidget:  # noqa: ANN001 - a settings.Field
         w = QSpinBox(minimum=int(f.lo), maximum=int(f.hi), singleStep=16, accelerated=True)
         w.setValue(int(f.default))
         return w
-    w = QLabeledSlider(Qt.Orientation.Horizontal) if f.integer else QLabeledDoubleSlider(Qt.Orientation.Horizontal)
+    w = LabeledSlider() if f.integer else LabeledDoubleSlider()
     w.setRange(f.lo, f.hi)
     if not f.integer:
         w.setDecimals(2)

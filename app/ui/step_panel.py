@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QLabel, QMenu, QSizePolicy, QVBoxLayout, QWidget
 
 from app.core.sampling import Sample
 from app.core.trace import StepTrace
-from app.ui.charts import StepChart
+from app.ui.chart_host import ChartHost
 from app.ui.token_view import visible
 
 if TYPE_CHECKING:
@@ -37,13 +37,16 @@ class StepPanel(QWidget):
         self.trace: StepTrace | None = None  # the step shown (a preview shows the same step's candidates)
         self.title = QLabel(IDLE)
         self.title.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # cut, not widened
-        self.chart = StepChart()
+        self.chart = ChartHost("StepChart")  # a charts.StepChart, built after the window's first paint
+        self.chart.built.connect(self._chart_built)
         box = QVBoxLayout(self)
         box.setContentsMargins(0, 0, 0, 0)
         box.addWidget(self.title)
         box.addWidget(self.chart, 1)
-        self.chart.scene().sigMouseClicked.connect(self._clicked)
-        self.chart.setToolTip("Click a candidate's bars to continue the run with it from this step")
+
+    def _chart_built(self, chart: QWidget) -> None:
+        chart.scene().sigMouseClicked.connect(self._clicked)
+        chart.setToolTip("Click a candidate's bars to continue the run with it from this step")
 
     def bind(self, pg: Playground) -> None:
         pg.run_started.connect(lambda _request: self.clear())

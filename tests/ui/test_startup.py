@@ -1,0 +1,135 @@
+"""Startup: the window paints before pyqtgraph, superqt or a framework is imported; the charts are built right after
+the first paint (or at their first use) and then draw runs as before. No times are asserted: what is checked is
+what was imported, and what exists, at each point."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from PySide6.QtCore import SignalInstance
+
+from app.core.models import ModelSpec
+from app.ui.chart_host import ChartHost, TimelineHost
+from app.ui.charts import StepChart, TimelineChart
+from app.ui.main_window import MainWindow
+
+RUN_TIMEOUT = 60_000
+LATER = ("pyqtgraph", "superqt", "torch", "mlx", "transformers")
+
+# A fresh process: the window made and shown; "shown" is the first turn of the event loop after its first paint
+# (a zero timer posted from the window's paint event, as the charts' own are).
+FIRST_PAINT = """
+import json, sys, tempfile
+LATER = sys.argv[1].split(",")
+from PySide6.QtCore import QEvent, QObject, QSettings, QTimer
+from app.ui.main import make_app
+
+app = make_app()
+from app.ui.main_window import MainWindow
+
+w = MainWindow(settings=QSettings(tempfile.mkdtemp() + "/s.ini", QSettings.Format.IniFormat))
+seen = {"made": [m for m in LATER if m in sys.modules]}
+
+
+def built():
+    return [w.step_chart.is_built, w.timeline.is_built]
+
+
+class FirstPaint(QObject):
+    def eventFilter(self, obj, ev):
+        if ev.type() == QEvent.Type.Paint and "painted" not in seen:
+            seen["painted"] = True
+            QTimer.singleShot(0, self, self.shown)
+        return False
+
+    def shown(self):
+        seen["shown"] = [m for m in LATER if m in sys.modules]
+        seen["built_when_shown"] = built()
+
+
+first_paint = FirstPaint()
+w.installEventFilter(first_paint)
+w.show()
+for _ in range(100_000):  # the event loop alone: nothing here touches a chart
+    app.processEvents()
+    if "shown" in seen and all(built()):
+        break
+seen["built"] = built()
+seen["charts"] = [type(w.step_chart.chart).__name__, type(w.timeline.chart).__name__]
+seen["pyqtgraph_after"] = "pyqtgraph" in sys.modules
+print(json.dumps(seen), flush=True)
+import os; os._exit(0)
+"""
+
+
+def test_the_window_paints_before_pyqtgraph_superqt_or_a_framework_is_imported():
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run([sys.executable, "-c", FIRST_PAINT, ",".join(LATER)], capture_output=True, text=True,
+                         env=env, cwd=root, timeout=300)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["made"] == [] and seen["shown"] == []  # MainWindow() and its first paint import none of them
+    assert seen["built_when_shown"] == [False, False]
+    assert seen["built"] == [True, True] and seen["pyqtgraph_after"]  # then the loop built both, unasked
+    assert seen["charts"] == ["StepChart", "TimelineChart"]
+
+
+def test_the_charts_are_built_after_the_first_paint_and_draw_a_run(qtbot, window):
+    qtbot.waitUntil(lambda: window.step_chart.is_built and window.timeline.is_built)
+    for host in (window.step_chart, window.timeline):
+        assert host.chart.parent() is host and host.chart.isVisible()
+    window.prompt.set_prompt("Hello")
+    window.sampler.editors["max_tokens"].setValue(8)
+    with qtbot.waitSignal(window.playground.finished, timeout=RUN_TIMEOUT):
+        window.generate()
+    steps = window.playground.steps
+    assert window.timeline.n == len(steps) > 0
+    assert window.step_chart.shown[0] is steps[-1].sample
+    assert window.timeline.cursor.value() == len(steps) - 1
+
+
+def test_a_run_before_the_charts_are_built_builds_them_and_is_drawn(qtbot, tiny_path, store):
+    w = MainWindow(settings=store, spec=ModelSpec(str(tiny_path), "torch"))  # never shown: never painted
+    qtbot.addWidget(w)
+    qtbot.waitUntil(lambda: w.playground.info is not None, timeout=RUN_TIMEOUT)
+    assert not w.step_chart.is_built and not w.timeline.is_built
+    w.sampler.editors["max_tokens"].setValue(6)
+    with qtbot.waitSignal(w.playground.finished, timeout=RUN_TIMEOUT):
+        w.generate()
+    steps = w.playground.steps
+    assert w.step_chart.is_built and w.timeline.is_built  # the run's first step built them
+    assert w.timeline.n == len(steps) > 0 and w.step_chart.shown[0] is steps[-1].sample
+    w.sessions.ask = lambda: "discard"
+    w.close()
+
+
+def test_a_host_is_its_chart_to_callers(qtbot):
+    """Every attribute a chart holds reads the same through its host (none hidden by the host's own QWidget
+    names), and the host's signals carry the chart's."""
+    step, timeline = ChartHost("StepChart"), TimelineHost()
+    for host, cls in ((step, StepChart), (timeline, TimelineChart)):
+        qtbot.addWidget(host)
+        assert not host.is_built
+        chart = host.chart
+        assert isinstance(chart, cls) and host.is_built and host.chart is chart
+        for name, value in vars(chart).items():
+            if not name.startswith("__") and not isinstance(value, SignalInstance):  # Qt's own are the host's
+                assert getattr(host, name) is value, name
+    with qtbot.waitSignal(timeline.uncertain_clicked) as got:
+        timeline.chart.uncertain_clicked.emit(4)
+    assert got.args == [4]
+
+
+def test_until_built_a_host_is_the_charts_background(qtbot):
+    host = ChartHost("StepChart")
+    qtbot.addWidget(host)
+    host.resize(200, 120)
+    image = host.grab().toImage()  # grab paints it; the chart is made only when the event loop turns
+    base = host.palette().color(host.backgroundRole())
+    assert not host.is_built and image.pixelColor(100, 60) == base and image.pixelColor(3, 3) == base
+    qtbot.waitUntil(lambda: host.is_built)
+    assert host.chart.backgroundBrush().color() == base  # the same colour once the chart is there
