@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import html
 import platform
-from importlib import metadata
 from pathlib import Path
 
 from PySide6.QtCore import Qt
@@ -33,6 +32,8 @@ LIBRARIES = (  # (distribution, what it is here, licence)
 
 
 def version_of(dist: str) -> str:
+    from importlib import metadata  # on use: ~25 ms of the window's startup otherwise (this module loads with it)
+
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
