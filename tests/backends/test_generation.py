@@ -9,8 +9,9 @@ import pytest
 
 from app.core.events import Finished, Prefilled, Request, Step
 from app.core.generation import Prefix, generate
+from app.core.prefill import FIRST_CHUNK
 from app.core.settings import SamplerSettings
-from app.core.surprisal import CHUNK, log_softmax, score
+from app.core.surprisal import log_softmax, score
 
 PROMPT = "def add(a, b):\n    return a + b\n\nfor i in range(10):"
 SAMPLING = SamplerSettings(temperature=1.0, top_p=0.95, seed=11, max_tokens=12)
@@ -74,7 +75,7 @@ def test_a_finished_trace_knows_its_run_parent_model_and_reason(model):
 
 def test_prompt_surprisal_equals_the_full_forward_at_every_position(model):
     ids = model.tokenizer.encode(PROMPT * 4)
-    assert len(ids) > CHUNK + 1  # several chunks through the cache
+    assert len(ids) > FIRST_CHUNK + 1  # several chunks through the cache
     got = score(model, ids)
     full = np.asarray(model.ops.numpy(model.forward([ids], model.new_cache(), positions="all"))[0], np.float64)
     lp = log_softmax(full)
