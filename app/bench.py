@@ -221,7 +221,7 @@ def main(argv: list[str]) -> int:
     if args.backend == "remote":  # a server: its throughput as we drive it (app/remote_cli.py)
         from app.remote_cli import bench_main as bench_remote
         return bench_remote(args)
-    backend = get_backend(args.backend)
+    backend = get_backend(args.backend, args.model)  # auto: torch for a .gguf file
     path = resolve(args.model)
     if args.random:
         path = random_model(args.random, path, args.dtype or "float32")

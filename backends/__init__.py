@@ -1,18 +1,21 @@
 """Backends: the framework-specific half of Logit Lab. Each one is imported only when it is used.
 
 `auto` picks MLX on Apple Silicon and torch elsewhere (MLX's CPU build is ~4x slower than torch on Linux),
-falling back to whichever is installed.
+falling back to whichever is installed; a .gguf file opens only on torch, so `auto` picks torch for one.
+`resolve_name` is the one place "auto" is resolved: the model thread (window and CLI) and the model bar ask it.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import platform
 
 from backends.base import Backend, LoadedModel, LoadOptions, ModelInfo, ModelLoadError
 
-__all__ = ["Backend", "LoadOptions", "LoadedModel", "ModelInfo", "ModelLoadError", "get_backend", "installed"]
+__all__ = ["Backend", "LoadOptions", "LoadedModel", "ModelInfo", "ModelLoadError", "get_backend", "installed",
+           "is_gguf_source", "resolve_name"]
 
 BACKENDS = {"mlx": ("backends.mlx_backend", "MlxBackend", "mlx_lm"), "torch": ("backends.torch_backend",
             "TorchBackend", "transformers"), "remote": ("backends.remote", "RemoteBackend", "httpx")}
@@ -32,20 +35,33 @@ def apple_silicon() -> bool:
     return platform.system() == "Darwin" and platform.machine() == "arm64"
 
 
-def resolve_name(name: str) -> str:
+def is_gguf_source(source: str | os.PathLike[str]) -> bool:
+    """A model source naming a GGUF file (llama.cpp, LM Studio): only the torch backend opens those."""
+    return str(source).strip().lower().endswith(".gguf")
+
+
+def resolve_name(name: str, source: str | os.PathLike[str] = "", apple: bool | None = None) -> str:
+    """The backend `name` means for the model `source`: "auto" resolved (`apple`: whether this is Apple Silicon,
+    None: ask the platform), an explicit name checked. Raises ModelLoadError naming what to install."""
     if name != "auto":
         if name not in BACKENDS:
             raise ModelLoadError(f"unknown backend {name!r}: choose auto, mlx, torch or remote")
         if not installed(name):
             raise ModelLoadError(f"the {name} backend is not installed: {INSTALL_HINT[name]}")
         return name
-    preferred = ["mlx", "torch"] if apple_silicon() else ["torch", "mlx"]
+    if is_gguf_source(source):
+        if installed("torch"):
+            return "torch"
+        raise ModelLoadError(f"a .gguf file opens only on the torch backend, which is not installed: "
+                             f"{INSTALL_HINT['torch']}")
+    preferred = ["mlx", "torch"] if (apple_silicon() if apple is None else apple) else ["torch", "mlx"]
     for n in preferred:
         if installed(n):
             return n
     raise ModelLoadError(f"no backend is installed: {INSTALL_HINT['torch']} (or [mlx] on a Mac)")
 
 
-def get_backend(name: str = "auto") -> Backend:
-    module, cls, _ = BACKENDS[resolve_name(name)]
+def get_backend(name: str = "auto", source: str | os.PathLike[str] = "") -> Backend:
+    """The backend for the model `source` (a .gguf file: torch, under "auto")."""
+    module, cls, _ = BACKENDS[resolve_name(name, source)]
     return getattr(importlib.import_module(module), cls)()

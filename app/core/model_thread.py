@@ -134,7 +134,7 @@ class ModelThread:
 
         path = resolve(spec.source, progress, job.cancel, offline=spec.offline)
         check_fits(path)
-        backend = get_backend(spec.backend)
+        backend = get_backend(spec.backend, path)  # auto: torch for a .gguf file
         self._park |= backend.park_thread_on_exit
         self.events.put(Loading(rid, f"Loading {spec.label} with {backend.name}…"))
         self._model, self._spec = backend.load(path, spec.options), spec

@@ -66,7 +66,9 @@ class ModelBar(QWidget):
         self.remote = RemoteFields()  # backend "remote": the server's URL, key and concurrency
         self.remote.models_listed.connect(self._show_server_models)
         self.remote.key_stored.connect(self.show_status)
+        self.apple: bool | None = None  # whether "auto" resolves as on Apple Silicon; None: this machine's platform
         self.backend.currentIndexChanged.connect(self._show_backend_fields)
+        self.model.currentTextChanged.connect(self._show_engine_fields)  # auto: torch for a .gguf file
         self.opt_ins: dict[str, list[str]] = {}  # per model: LoadOptions flags the user allowed
         self.recent: list[str] = []
         self.load_button = QPushButton("Load", toolTip="Load this model now (Generate also loads it)")
@@ -127,7 +129,7 @@ class ModelBar(QWidget):
     def engine(self) -> str | None:
         """The framework the chosen backend runs on ("auto" resolved), or None if none is installed."""
         try:
-            return resolve_name(self.backend.currentData())
+            return resolve_name(self.backend.currentData(), self.source(), self.apple)
         except ModelLoadError:
             return None
 
@@ -138,11 +140,14 @@ class ModelBar(QWidget):
         self.remote.setVisible(remote)
         for w in (self.device, self.dtype, self.offline):
             w.setVisible(not remote)
-        engine = None if remote else self.engine()
-        self.threads.setVisible(engine == "torch")  # each shown only where it applies: the bar fits 900 px
-        self.quantize.setVisible(engine == "mlx")
+        self._show_engine_fields()
         self.model.lineEdit().setPlaceholderText("the server's model name (… lists them)" if remote else
                                                  "folder or hub id, e.g. Qwen/Qwen2.5-0.5B-Instruct")
+
+    def _show_engine_fields(self) -> None:
+        engine = None if self.is_remote() else self.engine()
+        self.threads.setVisible(engine == "torch")  # each shown only where it applies: the bar fits 900 px
+        self.quantize.setVisible(engine == "mlx")
 
     def _show_server_models(self, names: list[str] | None, status: str) -> None:
         self.show_status(status)
