@@ -18,7 +18,7 @@ COMMANDS = ("generate", "bench", "models")
 USAGE = """logitlab [options]             open the window
        logitlab generate [options]    stream a completion to standard output
        logitlab bench [options]       time generation against a baseline
-       logitlab models [options]      list the models you have (built-in first)"""
+       logitlab models [options]      list the models you have (built-in, HF cache, the window's model folders)"""
 MAX_SAMPLES = 64
 COMPILE_LEN = 1024  # the static cache's length: every compiled step attends over all of it (masked)
 
@@ -195,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv and argv[0] == "models":
         from app.core.catalog import main as models_main
 
-        return models_main(argv[1:])
+        return models_main([*argv[1:], *saved_folder_args(argv[1:])])
     args = window_parser().parse_args(argv)
     try:
         settings = settings_from(args)
@@ -204,6 +204,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     from app.ui.main import run_window
 
     return run_window(spec_from(args), settings, prompt=args.prompt, screenshot=args.screenshot, open_path=args.open)
+
+
+def saved_folder_args(argv: Sequence[str]) -> list[str]:
+    """`--folder F` for each folder of models added in the window's picker (its preferences) that still exists and
+    is not given already: `logitlab models` lists what the picker lists."""
+    from app.ui.preferences import Preferences
+
+    given = {str(Path(a).expanduser().resolve()) for a in argv}
+    return [a for f in Preferences().get("model_folders")
+            if Path(f).is_dir() and str(Path(f).resolve()) not in given for a in ("--folder", f)]
 
 
 def dump(obj: object) -> str:

@@ -288,6 +288,7 @@ class MainWindow(QMainWindow):
         self.stop_button.clicked.connect(pg.stop)
         self.open_action.triggered.connect(self.model_bar.browse)
         self.model_bar.load_requested.connect(self.load)
+        self.model_bar.folders_changed.connect(lambda folders: self.store.set("model_folders", folders))
         for view in (self.output, self.step_panel, self.timeline, self.metrics, self.model_card, self.branches):
             view.bind(pg)  # each view follows the view-model itself; the window only composes
         for view in (self.output, self.step_panel):
@@ -444,6 +445,7 @@ class MainWindow(QMainWindow):
         self.prompt.set_prompt(p.get("prompt"))
         self.model_bar.add_recent(self._recent())
         self.model_bar.opt_ins = p.get("opt_ins")
+        self.model_bar.folders = p.get("model_folders")
         self.model_bar.offline.setChecked(p.get("offline"))
         self.model_bar.set_source(spec.source if spec is not None else p.get("model"))
         self.model_bar.set_backend(spec.backend if spec is not None else p.get("backend"))

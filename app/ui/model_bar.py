@@ -31,6 +31,7 @@ from backends.threads import MAX_THREADS
 
 class ModelBar(QWidget):
     load_requested = Signal(object)  # ModelSpec
+    folders_changed = Signal(list)  # list[str]: the model folders the picker lists, after the user added one
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -71,6 +72,7 @@ class ModelBar(QWidget):
         self.model.currentTextChanged.connect(self._show_engine_fields)  # auto: torch for a .gguf file
         self.opt_ins: dict[str, list[str]] = {}  # per model: LoadOptions flags the user allowed
         self.recent: list[str] = []
+        self.folders: list[str] = []  # folders of models the picker lists (the user's, kept in the preferences)
         self.load_button = QPushButton("Load", toolTip="Load this model now (Generate also loads it)")
         self.load_button.clicked.connect(lambda: self.load_requested.emit(self.spec()))
         self.progress = QProgressBar(maximumWidth=160, textVisible=True)
@@ -162,12 +164,23 @@ class ModelBar(QWidget):
             self.show_status(f"Asking {self.remote.base_url() or 'the server'} for its models…")
             self.remote.list_models()
             return
-        from app.ui.model_picker import ModelPicker
-
-        picker = ModelPicker(self.recent, self)
+        picker = self.make_picker()
         if picker.exec() and picker.choice:
             self.set_source(picker.choice)
             self.load_requested.emit(self.spec())
+
+    def make_picker(self, cache_dir: str | None = None) -> QWidget:  # a ModelPicker, imported when first asked
+        """The model picker over the recent models and the user's folders; a folder added there is kept."""
+        from app.ui.model_picker import ModelPicker
+
+        picker = ModelPicker(self.recent, self, cache_dir=cache_dir, folders=self.folders)
+        picker.folder_added.connect(self._add_folder)
+        return picker
+
+    def _add_folder(self, folder: str) -> None:
+        if folder not in self.folders:
+            self.folders.append(folder)
+            self.folders_changed.emit(list(self.folders))
 
     def show_progress(self, message: str, done: int, total: int) -> None:
         self.progress.setVisible(total > 0)

@@ -1,6 +1,7 @@
 """The model picker dialog: models already in the Hugging Face cache and in the user's model folders (size,
 which backends load them; .gguf files too), recent models, a folder or .gguf file chooser and a hub id field.
-Returns what to put in the model field; `folders` is the list of model folders, with any the user added.
+Returns what to put in the model field; `folders` is the list of model folders, with any the user added
+(`folder_added` says so at once, for the preferences to keep it).
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QDialog,
@@ -31,6 +32,7 @@ from app.ui.panels import human_bytes
 
 
 class ModelPicker(QDialog):
+    folder_added = Signal(str)  # a folder of models the user opened, now listed
     COLUMNS = ("Model", "Size", "Type", "Backends", "Quantization")
 
     def __init__(self, recent: list[str], parent: QWidget | None = None, cache_dir: str | None = None,
@@ -125,6 +127,7 @@ class ModelPicker(QDialog):
         new = [e for e in listed if e.source not in known]
         if folder not in self.folders:
             self.folders.append(folder)
+            self.folder_added.emit(folder)
         self.entries += new
         self._add_rows(new)
         if new:

@@ -43,6 +43,7 @@ SCHEMA: tuple[Pref, ...] = (
     Pref("offline", bool, False),
     Pref("recent_models", list[str], []),  # most recent first
     Pref("recent_sessions", list[str], []),  # session files, most recent first
+    Pref("model_folders", list[str], []),  # folders of models the user added in the picker (`logitlab models` too)
     Pref("opt_ins", dict[str, list[str]], {}),  # model source -> the LoadOptions flags the user allowed for it
 )
 PREFS = {p.name: p for p in SCHEMA}

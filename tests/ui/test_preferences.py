@@ -30,6 +30,7 @@ EXAMPLES = {  # per preference, a value other than its default
     "offline": True,
     "recent_models": ["/models/a", "owner/b"],
     "recent_sessions": ["/sessions/a.jsonl"],
+    "model_folders": ["/models", "~/.lmstudio/models"],
     "opt_ins": {"/models/a": ["trust_remote_code", "allow_pickle"]},
 }
 
@@ -51,6 +52,7 @@ WRONG = [  # (preference, what another version or a hand edit left in the file)
     ("recent_models", '["a", 3]'),
     ("recent_models", "{not json"),
     ("recent_sessions", '["a.jsonl", 3]'),
+    ("model_folders", '"/models"'),
     ("opt_ins", '{"some/model": 1}'),
     ("opt_ins", '{"some/model": "trust_remote_code"}'),
     ("opt_ins", '["trust_remote_code"]'),

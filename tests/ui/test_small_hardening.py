@@ -1,11 +1,21 @@
 """Small things a user meets in the window, each as it should be: the model bar resolves "auto" for the model
-it names (torch for a .gguf file, on Apple Silicon too)."""
+it names (torch for a .gguf file, on Apple Silicon too); the folders of models added in the picker are there at
+the next start (and in `logitlab models`)."""
 
 from __future__ import annotations
 
-import pytest
+import shutil
+import sys
+from pathlib import Path
 
+import pytest
+from PySide6.QtCore import QSettings
+
+from app.cli import main as cli_main
+from app.core.models import ModelSpec
+from app.ui.main_window import MainWindow
 from app.ui.model_bar import ModelBar
+from app.ui.preferences import Preferences, default_path
 from backends import installed
 
 
@@ -21,3 +31,43 @@ def test_on_apple_silicon_auto_shows_torchs_threads_for_a_gguf_file_and_mlxs_qua
     assert bar.engine() == "torch" and bar.threads.isVisibleTo(bar) and not bar.quantize.isVisibleTo(bar)
     bar.model.setCurrentText("/models/Qwen2.5-0.5B")
     assert bar.engine() == "mlx" and bar.quantize.isVisibleTo(bar)
+
+
+# -- the model folders the user adds are remembered ----------------------------------------------------------
+
+
+def models_folder(tiny_path: Path, where: Path) -> Path:
+    """A folder of models as a user keeps one: a model folder one level down."""
+    shutil.copytree(tiny_path, where / "tiny-llama")
+    return where
+
+
+def test_a_folder_added_in_the_picker_is_listed_by_the_next_windows_picker(qtbot, window, store: QSettings,
+                                                                           tiny_path: Path, tmp_path: Path):
+    folder = models_folder(tiny_path, tmp_path / "my-models")
+    picker = window.model_bar.make_picker(cache_dir=str(tmp_path / "no-cache"))
+    qtbot.addWidget(picker)
+    picker.open_folder(str(folder))  # what "Open folder…" calls with the folder chosen
+    assert Preferences(store).get("model_folders") == [str(folder)]  # kept at once, not only at a clean exit
+    again = MainWindow(settings=store, spec=ModelSpec(str(tiny_path), "torch"))  # the next start
+    qtbot.addWidget(again)
+    listed = again.model_bar.make_picker(cache_dir=str(tmp_path / "no-cache"))
+    qtbot.addWidget(listed)
+    assert str((folder / "tiny-llama").resolve()) in [e.source for e in listed.entries]
+    again.close()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="XDG_CONFIG_HOME is where platformdirs looks on Linux")
+def test_logitlab_models_lists_the_folders_added_in_the_window(tiny_path: Path, tmp_path: Path, monkeypatch, capsys):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # never the user's own preferences
+    assert default_path().is_relative_to(tmp_path)
+    folder = models_folder(tiny_path, tmp_path / "my-models")
+    prefs = Preferences(QSettings(str(default_path()), QSettings.Format.IniFormat))
+    prefs.set("model_folders", [str(folder), str(tmp_path / "unplugged-drive")])  # one gone since: skipped
+    prefs.save()
+    empty = ["models", "--cache-dir", str(tmp_path / "no-cache")]
+    assert cli_main(empty) == 0
+    sources = [line.split()[0] for line in capsys.readouterr().out.splitlines()[1:]]
+    assert sources == ["builtin", str((folder / "tiny-llama").resolve())]
+    assert cli_main([*empty, "--folder", str(folder)]) == 0  # given as well: listed once
+    assert capsys.readouterr().out.count("tiny-llama") == 1
