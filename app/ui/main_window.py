@@ -449,6 +449,8 @@ class MainWindow(QMainWindow):
         self.model_bar.offline.setChecked(p.get("offline"))
         self.model_bar.set_source(spec.source if spec is not None else p.get("model"))
         self.model_bar.set_backend(spec.backend if spec is not None else p.get("backend"))
+        if spec is not None:
+            self.model_bar.show_options(spec)  # `logitlab --threads 2`: the bar shows it, and loads with it
 
     def save_state(self) -> None:
         p = self.store

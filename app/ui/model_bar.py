@@ -6,6 +6,7 @@ installed (a cheap check that imports no framework) and disables the others with
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from PySide6.QtCore import Signal
@@ -72,6 +73,7 @@ class ModelBar(QWidget):
         self.model.currentTextChanged.connect(self._show_engine_fields)  # auto: torch for a .gguf file
         self.opt_ins: dict[str, list[str]] = {}  # per model: LoadOptions flags the user allowed
         self.recent: list[str] = []
+        self.base_options = LoadOptions()  # what the bar has no field for (--compile's length) comes from here
         self.folders: list[str] = []  # folders of models the picker lists (the user's, kept in the preferences)
         self.load_button = QPushButton("Load", toolTip="Load this model now (Generate also loads it)")
         self.load_button.clicked.connect(lambda: self.load_requested.emit(self.spec()))
@@ -104,14 +106,27 @@ class ModelBar(QWidget):
             return ModelSpec(source=source, backend="remote", base_url=self.remote.base_url(),
                              concurrency=self.remote.concurrency.value())
         allowed = self.opt_ins.get(source, [])
-        opts = LoadOptions(device=self.device.currentData(), dtype=self.dtype.currentData(),
-                           quantize_bits=self.quantize.currentData(), threads=self.threads.value() or None,
-                           trust_remote_code="trust_remote_code" in allowed, allow_pickle="allow_pickle" in allowed)
+        opts = dataclasses.replace(self.base_options, device=self.device.currentData(), dtype=self.dtype.currentData(),
+                                   quantize_bits=self.quantize.currentData(), threads=self.threads.value() or None,
+                                   trust_remote_code="trust_remote_code" in allowed,
+                                   allow_pickle="allow_pickle" in allowed)
         return ModelSpec(source=source, backend=self.backend.currentData(), options=opts,
                          offline=self.offline.isChecked())
 
     def set_source(self, source: str) -> None:
         self.model.setCurrentText(model_label(source))
+
+    def show_options(self, spec: ModelSpec) -> None:
+        """The fields as `spec` (the command line's) asks: device, dtype, quantization, threads; a server's URL
+        and concurrency when it names one. What the bar has no field for travels on in `base_options`."""
+        o = spec.options
+        for box, value in ((self.device, o.device), (self.dtype, o.dtype), (self.quantize, o.quantize_bits)):
+            box.setCurrentIndex(max(0, box.findData(value)) if value is not None else 0)  # 0: auto / full precision
+        self.threads.setValue(o.threads or 0)  # 0 reads "threads: auto"
+        self.base_options = LoadOptions(compile_len=o.compile_len, fast=o.fast)
+        if spec.base_url:
+            self.remote.url.setText(spec.base_url)
+            self.remote.concurrency.setValue(spec.concurrency)
 
     def set_backend(self, name: str) -> None:
         i = self.backend.findData(name)

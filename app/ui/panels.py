@@ -104,7 +104,7 @@ class ModelCard(QWidget):
             weights += f" (was {human_bytes(i.unquantized_bytes)}, saved {saved:.0%})"
         values = (i.name, i.backend, i.architecture, f"{i.parameters / 1e6:,.1f} M", str(i.layers),
                   f"{i.heads} ({i.kv_heads}), head dim {i.head_dim}", f"{i.context_length:,} tokens",
-                  i.quantization or i.dtype, i.device, weights, human_bytes(i.kv_bytes_per_token * 1000), "—")
+                  i.quantization or i.dtype, _device(i), weights, human_bytes(i.kv_bytes_per_token * 1000), "—")
         for r, v in zip(self.ROWS, values, strict=True):
             self.labels[r].setText(v)
 
@@ -116,6 +116,11 @@ class ModelCard(QWidget):
         playground.loaded.connect(self.show_info)
         playground.step_shown.connect(lambda *_: playground.streaming and self.show_kv(playground.live_stats()[-1]))
         playground.finished.connect(lambda ev: self.show_kv(ev.metrics.kv_cache_bytes))
+
+
+def _device(i: ModelInfo) -> str:
+    """The device, and the CPU threads a torch model's ops run on (the bar's threads box, or the backend's rule)."""
+    return f"{i.device} · threads {i.threads}" if i.threads else i.device
 
 
 def _cached(reused: int) -> str:

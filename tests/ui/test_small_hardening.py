@@ -1,11 +1,12 @@
 """Small things a user meets in the window, each as it should be: the model bar resolves "auto" for the model
 it names (torch for a .gguf file, on Apple Silicon too); the folders of models added in the picker are there at
-the next start (and in `logitlab models`)."""
+the next start (and in `logitlab models`); `--threads N` shows in the bar, and the model card names the threads."""
 
 from __future__ import annotations
 
 import shutil
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,8 +16,11 @@ from app.cli import main as cli_main
 from app.core.models import ModelSpec
 from app.ui.main_window import MainWindow
 from app.ui.model_bar import ModelBar
+from app.ui.panels import ModelCard
 from app.ui.preferences import Preferences, default_path
 from backends import installed
+from backends.base import LoadOptions
+from tests.ui.conftest import RUN_TIMEOUT
 
 
 @pytest.mark.skipif(not (installed("mlx") and installed("torch")), reason="needs both backends installed")
@@ -71,3 +75,29 @@ def test_logitlab_models_lists_the_folders_added_in_the_window(tiny_path: Path, 
     assert sources == ["builtin", str((folder / "tiny-llama").resolve())]
     assert cli_main([*empty, "--folder", str(folder)]) == 0  # given as well: listed once
     assert capsys.readouterr().out.count("tiny-llama") == 1
+
+
+# -- the thread count: shown in the bar from the command line, and on the model card -----------------------------
+
+
+def test_logitlab_threads_shows_in_the_bar_and_the_model_loads_with_it(qtbot, store: QSettings, tiny_path: Path):
+    spec = ModelSpec(str(tiny_path), "torch", options=LoadOptions(device="cpu", dtype="float32", threads=2))
+    w = MainWindow(settings=store, spec=spec)  # as run_window makes it for `logitlab --threads 2 --device cpu ...`
+    qtbot.addWidget(w)
+    bar = w.model_bar
+    assert bar.threads.text() == "threads: 2" and bar.device.currentText() == "cpu"
+    assert bar.dtype.currentText() == "float32"
+    assert bar.spec().options == spec.options  # what the first load asks for
+    qtbot.waitUntil(lambda: w.playground.info is not None, timeout=RUN_TIMEOUT)
+    assert w.playground.info.threads == 2
+    assert w.model_card.labels["Device"].text() == "cpu · threads 2"
+    w.close()
+
+
+def test_the_model_card_names_a_torch_models_threads_and_not_an_mlx_models(qtbot, torch_model, mlx_model):
+    card = ModelCard()
+    qtbot.addWidget(card)
+    card.show_info(replace(torch_model.info, threads=3))
+    assert card.labels["Device"].text() == f"{torch_model.info.device} · threads 3"
+    card.show_info(mlx_model.info)
+    assert mlx_model.info.threads is None and card.labels["Device"].text() == mlx_model.info.device
