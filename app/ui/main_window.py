@@ -446,6 +446,7 @@ class MainWindow(QMainWindow):
         self.model_bar.add_recent(self._recent())
         self.model_bar.opt_ins = p.get("opt_ins")
         self.model_bar.folders = p.get("model_folders")
+        self.model_bar.remote.set_server(p.get("remote/base_url"), p.get("remote/concurrency"))
         self.model_bar.offline.setChecked(p.get("offline"))
         self.model_bar.set_source(spec.source if spec is not None else p.get("model"))
         self.model_bar.set_backend(spec.backend if spec is not None else p.get("backend"))
@@ -462,6 +463,9 @@ class MainWindow(QMainWindow):
         p.set("model", self.model_bar.source())
         p.set("backend", self.model_bar.backend.currentData())
         p.set("offline", self.model_bar.offline.isChecked())
+        url, concurrency = self.model_bar.remote.server()
+        p.set("remote/base_url", url)
+        p.set("remote/concurrency", concurrency)
         p.save()
 
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt override

@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Pref:
     name: str
-    type: Any  # bytes, bool, str, SamplerSettings, or a JSON shape such as list[str]
+    type: Any  # bytes, bool, str, SamplerSettings, or a JSON shape such as int or list[str]
     default: Any
 
 
@@ -45,6 +45,8 @@ SCHEMA: tuple[Pref, ...] = (
     Pref("recent_sessions", list[str], []),  # session files, most recent first
     Pref("model_folders", list[str], []),  # folders of models the user added in the picker (`logitlab models` too)
     Pref("opt_ins", dict[str, list[str]], {}),  # model source -> the LoadOptions flags the user allowed for it
+    Pref("remote/base_url", str, ""),  # the last server's URL (its API key stays in the keychain: app/core/secrets)
+    Pref("remote/concurrency", int, 4),  # its requests at once
 )
 PREFS = {p.name: p for p in SCHEMA}
 
@@ -118,7 +120,9 @@ def _encode(tp: Any, value: Any) -> Any:
 
 
 def _conforms(value: Any, tp: Any) -> bool:
-    """Whether a JSON value has the shape `tp` (str, list[...], dict[str, ...])."""
+    """Whether a JSON value has the shape `tp` (int, str, list[...], dict[str, ...])."""
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)  # JSON's true is not a count
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin is list:
         return isinstance(value, list) and all(_conforms(v, args[0]) for v in value)

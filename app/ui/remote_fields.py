@@ -2,8 +2,8 @@
 once; and the server's model list, fetched off the UI thread.
 
 The key goes to the keychain (or this session only, which the status says) through `app.core.secrets`: this
-widget never keeps it, and nothing here writes it to preferences. `models_listed` brings the list (or one error
-line) back to the UI thread.
+widget never keeps it, and nothing here writes it to preferences (the URL and concurrency are kept there:
+`server` / `set_server`). `models_listed` brings the list (or one error line) back to the UI thread.
 """
 
 from __future__ import annotations
@@ -41,6 +41,14 @@ class RemoteFields(QWidget):
 
     def base_url(self) -> str:
         return self.url.text().strip()
+
+    def server(self) -> tuple[str, int]:
+        """What the preferences keep of the server: its base URL and concurrency (never its key)."""
+        return self.base_url(), self.concurrency.value()
+
+    def set_server(self, base_url: str, concurrency: int) -> None:
+        self.url.setText(base_url)
+        self.concurrency.setValue(concurrency)  # clamped to 1..MAX_CONCURRENCY
 
     def ask_key(self) -> None:
         url = self.base_url()

@@ -31,6 +31,8 @@ EXAMPLES = {  # per preference, a value other than its default
     "recent_models": ["/models/a", "owner/b"],
     "recent_sessions": ["/sessions/a.jsonl"],
     "model_folders": ["/models", "~/.lmstudio/models"],
+    "remote/base_url": "http://gpu:8000/v1",
+    "remote/concurrency": 8,
     "opt_ins": {"/models/a": ["trust_remote_code", "allow_pickle"]},
 }
 
@@ -53,6 +55,9 @@ WRONG = [  # (preference, what another version or a hand edit left in the file)
     ("recent_models", "{not json"),
     ("recent_sessions", '["a.jsonl", 3]'),
     ("model_folders", '"/models"'),
+    ("remote/base_url", ["http", "x"]),
+    ("remote/concurrency", "many"),
+    ("remote/concurrency", "true"),
     ("opt_ins", '{"some/model": 1}'),
     ("opt_ins", '{"some/model": "trust_remote_code"}'),
     ("opt_ins", '["trust_remote_code"]'),

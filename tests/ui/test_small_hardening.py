@@ -1,6 +1,7 @@
 """Small things a user meets in the window, each as it should be: the model bar resolves "auto" for the model
 it names (torch for a .gguf file, on Apple Silicon too); the folders of models added in the picker are there at
-the next start (and in `logitlab models`); `--threads N` shows in the bar, and the model card names the threads."""
+the next start (and in `logitlab models`); `--threads N` shows in the bar, and the model card names the threads;
+the remote server's URL and concurrency come back at the next start."""
 
 from __future__ import annotations
 
@@ -101,3 +102,34 @@ def test_the_model_card_names_a_torch_models_threads_and_not_an_mlx_models(qtbot
     assert card.labels["Device"].text() == f"{torch_model.info.device} · threads 3"
     card.show_info(mlx_model.info)
     assert mlx_model.info.threads is None and card.labels["Device"].text() == mlx_model.info.device
+
+
+# -- the remote server's URL and concurrency are remembered (its key never is) ---------------------------------
+
+
+def test_the_servers_url_and_concurrency_are_there_at_the_next_start(qtbot, window, store: QSettings,
+                                                                      tiny_path: Path):
+    bar = window.model_bar
+    bar.set_backend("remote")
+    bar.remote.url.setText("http://gpu-box:8000/v1")
+    bar.remote.concurrency.setValue(12)
+    window.save_state()  # what closing the window does
+    assert "gpu-box" in Path(store.fileName()).read_text()  # on disk
+    again = MainWindow(settings=store, spec=ModelSpec(str(tiny_path), "torch"))  # the next start
+    qtbot.addWidget(again)
+    assert again.model_bar.remote.server() == ("http://gpu-box:8000/v1", 12)
+    again.model_bar.set_backend("remote")
+    spec = again.model_bar.spec()
+    assert (spec.base_url, spec.concurrency) == ("http://gpu-box:8000/v1", 12)
+    assert not any("key" in k.lower() for k in store.allKeys())  # the API key lives in the keychain only
+    again.close()
+
+
+def test_a_server_named_on_the_command_line_wins_over_the_remembered_one(qtbot, store: QSettings):
+    prefs = Preferences(store)
+    prefs.set("remote/base_url", "http://gpu-box:8000/v1")
+    prefs.set("remote/concurrency", 12)
+    w = MainWindow(settings=store, spec=ModelSpec("", "remote", base_url="http://127.0.0.1:9/v1", concurrency=2))
+    qtbot.addWidget(w)
+    assert w.model_bar.remote.server() == ("http://127.0.0.1:9/v1", 2)
+    w.close()
