@@ -395,7 +395,7 @@ class MainWindow(QMainWindow):
 
     def _loaded(self, info: object) -> None:
         self.model_bar.show_status(f"{info.name} · {info.backend} · {info.device}")
-        self.prompt.set_tokenizer(self.playground.tokenizer)
+        self.prompt.set_tokenizer(self.playground.tokenizer, server=info.backend == "remote")
         self._remember_model(self.model_bar.source())
 
     def _failed(self, message: str) -> None:

@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QScrollArea,
+    QSizePolicy,
     QSplitter,
     QTabWidget,
     QToolButton,
@@ -45,6 +46,10 @@ COUNT_MS = 150
 SCORE_MS = 400  # a score is a forward over the whole prompt: wait for a pause in typing
 RENDER_WAIT_S = 0.05  # a prompt rendered within this is shown at once; a slower one when its thread is done
 RENDER_NOTE_MS = 1000  # then the count says the template is slow (the tokenizer stops it at its own limit)
+COUNT_TIP = "Prompt length in the model's tokens (the chat template included)"
+SERVER_COUNT = "no count: the server tokenizes"  # short: the label shares a row with two buttons in a 900 px window
+SERVER_COUNT_TIP = "A model on a server tokenizes the prompt with its own tokenizer, which is not known here"
+SERVER_SCORE = "A model on a server cannot score the prompt here."
 
 
 @dataclass(frozen=True)
@@ -205,6 +210,7 @@ class PromptEditor(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.tokenizer = None
+        self.server = False  # the loaded model is on a server: it tokenizes there
         self.completion = QPlainTextEdit(placeholderText="Type a prompt; the model continues it.")
         self.completion.textChanged.connect(self._edited)
         self.chat = ChatEditor()
@@ -217,8 +223,10 @@ class PromptEditor(QWidget):
         self.boundaries.hide()
         self.surprisal = SurprisalView()
         self.surprisal.hide()
-        self.count = QLabel("", toolTip="Prompt length in the model's tokens (the chat template included)")
+        self.count = QLabel("", toolTip=COUNT_TIP)
         self.count.setObjectName("token_count")
+        # a long note (a slow template, a server) is cut at the column's edge, never widens the column
+        self.count.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.show_tokens = QPushButton("Show tokens", checkable=True,
                                        toolTip="Show the prompt as the model sees it: token boundaries and ids")
         self.show_tokens.toggled.connect(self._toggle_tokens)
@@ -264,8 +272,11 @@ class PromptEditor(QWidget):
     def chat_mode(self) -> bool:
         return self.tabs.currentIndex() == 1
 
-    def set_tokenizer(self, tokenizer: object) -> None:
-        self.tokenizer = tokenizer
+    def set_tokenizer(self, tokenizer: object, server: bool = False) -> None:
+        """The loaded model's tokenizer; None with `server`: the model is on a server, whose tokenizer is not
+        known here (no count, no surprisal: say so, rather than "load a model")."""
+        self.tokenizer, self.server = tokenizer, server
+        self.count.setToolTip(SERVER_COUNT_TIP if server else COUNT_TIP)
         self.refresh_count()
         self.request_score()  # another model: another score
 
@@ -299,7 +310,7 @@ class PromptEditor(QWidget):
 
     def refresh_count(self) -> None:
         if self.tokenizer is None:
-            self.count.setText("load a model to count tokens")
+            self.count.setText(SERVER_COUNT if self.server else "load a model to count tokens")
             return
         r = self.model_text()
         if r is None:
@@ -350,7 +361,7 @@ class PromptEditor(QWidget):
         if not self.show_surprisal.isChecked():
             return
         if self.tokenizer is None:
-            self.surprisal.clear("Load a model to score the prompt.")
+            self.surprisal.clear(SERVER_SCORE if self.server else "Load a model to score the prompt.")
             return
         r = self.model_text()
         if r is None:

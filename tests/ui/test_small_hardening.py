@@ -1,7 +1,8 @@
 """Small things a user meets in the window, each as it should be: the model bar resolves "auto" for the model
 it names (torch for a .gguf file, on Apple Silicon too); the folders of models added in the picker are there at
 the next start (and in `logitlab models`); `--threads N` shows in the bar, and the model card names the threads;
-the remote server's URL and concurrency come back at the next start."""
+the remote server's URL and concurrency come back at the next start; with a model on a server, the prompt editor
+says why it shows no token count."""
 
 from __future__ import annotations
 
@@ -19,8 +20,10 @@ from app.ui.main_window import MainWindow
 from app.ui.model_bar import ModelBar
 from app.ui.panels import ModelCard
 from app.ui.preferences import Preferences, default_path
+from app.ui.prompt_editor import SERVER_COUNT, SERVER_SCORE
 from backends import installed
 from backends.base import LoadOptions
+from tests.remote_fake import fake_server, stream_tokens
 from tests.ui.conftest import RUN_TIMEOUT
 
 
@@ -133,3 +136,27 @@ def test_a_server_named_on_the_command_line_wins_over_the_remembered_one(qtbot, 
     qtbot.addWidget(w)
     assert w.model_bar.remote.server() == ("http://127.0.0.1:9/v1", 2)
     w.close()
+
+
+# -- a model on a server: the prompt editor says what is true of its token count ----------------------------------
+
+
+def test_with_a_model_on_a_server_the_editor_says_why_there_is_no_count_or_surprisal(qtbot, window,
+                                                                                     tiny_path: Path):
+    assert window.prompt.count.text().endswith(" tokens")  # the local model counts
+    bar = window.model_bar
+    with fake_server(stream_tokens(1)) as srv:
+        bar.set_backend("remote")
+        bar.remote.url.setText(srv.url)
+        bar.model.setCurrentText("fake-model")
+        bar.load_button.click()
+        qtbot.waitUntil(lambda: window.playground.info is not None and window.playground.info.backend == "remote",
+                        timeout=RUN_TIMEOUT)
+    assert window.prompt.count.text() == SERVER_COUNT and "load a model" not in SERVER_COUNT
+    window.prompt.show_surprisal.click()
+    assert window.prompt.surprisal.text.placeholderText() == SERVER_SCORE
+    window.prompt.show_surprisal.click()
+    bar.set_backend("torch")  # a local model again: counted again
+    bar.set_source(str(tiny_path))
+    bar.load_button.click()
+    qtbot.waitUntil(lambda: window.prompt.count.text().endswith(" tokens"), timeout=RUN_TIMEOUT)
