@@ -64,7 +64,7 @@ def test_a_model_in_the_hf_cache_is_listed_and_opens_offline(tiny_path: Path, tm
     (entry,) = scan_cache(cache)
     assert entry.source == "someone/tiny-llama" and entry.model_type == "llama"
     assert set(entry.backends) == {"mlx", "torch"} and entry.size_bytes > 100_000
-    env = {**ENV, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
+    env = {**ENV, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "XDG_CONFIG_HOME": str(tmp_path / "config")}
     r = subprocess.run([sys.executable, "-m", "app", "models", "--cache-dir", str(cache)], capture_output=True,
                        text=True, env=env, timeout=60)
     assert "someone/tiny-llama" in r.stdout and "mlx,torch" in r.stdout

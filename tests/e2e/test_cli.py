@@ -184,13 +184,14 @@ def test_a_saved_run_opens_in_the_window_with_no_model(tiny_path: Path, tmp_path
 
 
 def test_models_lists_the_builtin_model_first_as_the_picker_does(tmp_path: Path):
-    r = logitlab("models", "--cache-dir", str(tmp_path / "empty-cache"))
+    env = {**ENV, "XDG_CONFIG_HOME": str(tmp_path / "config")}  # not the user's model folders (preferences)
+    r = logitlab("models", "--cache-dir", str(tmp_path / "empty-cache"), env=env)
     assert r.returncode == 0, r.stderr
     header, builtin, *rest = r.stdout.splitlines()
     assert header.split() == ["model", "size", "type", "backends", "quantization"]
     assert builtin.split()[:2] == ["builtin", "11"] and builtin.split()[3:5] == ["llama", "mlx,torch"]
     assert "No models in the Hugging Face cache yet" in rest[-1]
-    listed = json.loads(logitlab("models", "--cache-dir", str(tmp_path / "empty-cache"), "--json").stdout)
+    listed = json.loads(logitlab("models", "--cache-dir", str(tmp_path / "empty-cache"), "--json", env=env).stdout)
     assert [e["source"] for e in listed] == ["builtin"] and listed[0]["size_bytes"] > 5_000_000
 
 
