@@ -88,11 +88,11 @@ class TorchOps:
     log = staticmethod(torch.log)
     isfinite = staticmethod(torch.isfinite)
 
-    def max(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.max(x)
+    def max(self, x: torch.Tensor, axis: int | None = None) -> torch.Tensor:
+        return torch.max(x) if axis is None else torch.amax(x, dim=axis)
 
-    def sum(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.sum(x)
+    def sum(self, x: torch.Tensor, axis: int | None = None) -> torch.Tensor:
+        return torch.sum(x) if axis is None else torch.sum(x, dim=axis)
 
     def minimum(self, x: torch.Tensor, v: float) -> torch.Tensor:
         return torch.clamp(x, max=v)

@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache, partial
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -147,32 +147,36 @@ def sanitize(ops: ArrayOps, logits: Array) -> Array:
 
 
 class Dist:
-    """softmax(x) computed stably: shifted by the max, normalized by the sum (exact even for huge logits).
-    `p` over the whole vocabulary is made only when asked for; `at` gives the same values at a few ids."""
+    """softmax over the last axis, computed stably: shifted by the max, normalized by the sum (exact even for huge
+    logits). One distribution (V,), or one per row (R, V) with every quantity per row: the record stacks each
+    stage's input and the final logits and normalizes them all in one pass (a handful of vector calls per step
+    instead of a handful per stage). `p` over the whole vocabulary is made only when asked for; `at` gives the
+    same values at a few ids."""
 
     def __init__(self, ops: ArrayOps, x: Array) -> None:
-        self.ops, self.m = ops, ops.max(x)
-        self.xm = x - self.m
+        self.ops, self.x, self.m = ops, x, ops.max(x, axis=-1)  # m: () or (R,)
+        self.xm = x - self.m[..., None]
         self.e = ops.exp(self.xm)
-        self.z = ops.sum(self.e)
+        self.z = ops.sum(self.e, axis=-1)
         self.log_z = ops.log(self.z)
 
     @cached_property
     def p(self) -> Array:
-        return self.e / self.z
+        return self.e / self.z[..., None]
 
     def at(self, idx: Array) -> Array:
-        return self.ops.take(self.e, idx) / self.z
-
-    def logprob(self, idx: Array) -> Array:
-        return self.ops.take(self.xm, idx) - self.log_z
+        """(N,) or (R, N): the probabilities at the ids `idx`."""
+        return self.e[..., idx] / self.z[..., None]
 
     @property
     def lse(self) -> Array:
         return self.m + self.log_z
 
-    def entropy(self) -> Array:
-        return self.log_z - self.ops.sum(self.p * self.ops.where(self.p > 0, self.xm, 0.0))
+    def entropy(self, rows: Any = ...) -> Array:
+        """The entropy of each row (of those `rows` selects): log z - Σ e (x - m) / z over the tokens with
+        e > 0 (a cut token's 0 × -inf would be NaN)."""
+        e, xm = self.e[rows], self.xm[rows]
+        return self.log_z[rows] - self.ops.sum(e * self.ops.where(e > 0, xm, 0.0), axis=-1) / self.z[rows]
 
 
 def sample(
@@ -202,7 +206,7 @@ class PendingSample:
     outputs: tuple
     stage_names: tuple[str, ...]
     u: float
-    host_record: Callable[[np.ndarray], tuple] | None = None  # the record, made on numpy around the token
+    host_record: Callable[[np.ndarray, np.ndarray], tuple] | None = None  # on numpy, from (token, raw logits)
 
     @property
     def token(self) -> Array:  # (1,) int, on the device
@@ -215,7 +219,7 @@ class PendingSample:
             raise NoValidTokenError("the model produced no finite logits (NaN or infinity): try float32")
         token = int(host[0][0])
         if self.host_record is not None:
-            host = list(self.host_record(host[0]))
+            host = list(self.host_record(host[0], host[2]))
         if len(host) == 2:
             return token
         _, sc, counts, ids, vals, probs, kept, lines, *cumulative = host
@@ -240,22 +244,26 @@ def start_sample(
     """`sample`, without waiting for the device: the history is updated, the host transfer is deferred.
 
     Where the executor says `host_record` (MLX on a CPU), the device only draws and the record is made on
-    numpy from the same logits once the token is read: numpy's vector maths is many times faster there, and
-    the record's ~50 small ops would otherwise each queue behind the next forward.
+    numpy from the same sanitized logits (an output of the device step) once the token is read: numpy's vector
+    maths is many times faster there, and the record's small ops would otherwise each queue behind the next
+    forward.
     """
     vocab = int(logits.shape[0])
     top_n = min(top_n, vocab)
     penalties = history is not None and settings.uses_penalties
-    on_host = record and ops.host_record
-    step, names, stages = _step_function(ops, _pipeline(settings), vocab, top_n, record and not on_host, penalties)
+    mode = (HOST if ops.host_record else RECORD) if record else DRAW
+    step, names, stages = _step_function(ops, _pipeline(settings), vocab, top_n, mode, penalties)
     hist = (history.context, history.generated) if penalties else ()
     # -inf arithmetic is intended (masks); a step with no finite logit is caught in `result`.
     with np.errstate(all="ignore"):
         out = step(logits, ops.f32(u), *hist)
     if penalties:
         *out, history.context, history.generated = out
-    later = partial(_host_record, ops, stages, settings, top_n, logits, hist) if on_host else None
+    later = partial(_host_record, ops, stages, settings, top_n, hist) if mode == HOST else None
     return PendingSample(ops, tuple(out), names, u, later)
+
+
+DRAW, RECORD, HOST = "draw", "record", "host"  # the device step draws; draws and records; draws, the host records
 
 
 @lru_cache(maxsize=64)
@@ -265,82 +273,89 @@ def _pipeline(settings: SamplerSettings) -> SamplerSettings:
 
 
 @lru_cache(maxsize=64)
-def _step_function(ops: ArrayOps, settings: SamplerSettings, vocab: int, top_n: int, record: bool,
+def _step_function(ops: ArrayOps, settings: SamplerSettings, vocab: int, top_n: int, mode: str,
                    penalties: bool) -> tuple[Callable[..., tuple], tuple[str, ...], list[Stage]]:
     """The device step, compiled where the executor can, the names of its stages (penalties first when they
     apply) and the stages (made once per settings, not per step)."""
     stages = make_stages(settings, vocab)
 
     def step(logits: Array, u: Array, *hist: Array) -> tuple:
-        return _device_step(ops, stages, settings, top_n, record, logits, u, *hist)
+        return _device_step(ops, stages, settings, top_n, mode, logits, u, *hist)
 
     names = ("penalties",) * penalties + tuple(name for name, _ in stages)
     return ops.compile(step), names, stages
 
 
-def _device_step(ops, stages, s, top_n, record, logits, u, *hist) -> tuple:  # noqa: ANN001
-    """Everything on the device and nothing on the host: pipeline, draw, history update, the record."""
-    raw, cuts, final = _run_pipeline(ops, stages, s, logits, *hist)
-    cdf = ops.cumsum(final.p)
+def _device_step(ops, stages, s, top_n, mode, logits, u, *hist) -> tuple:  # noqa: ANN001
+    """Everything on the device and nothing on the host: pipeline, draw, history update, and the record (RECORD)
+    or the sanitized logits the host makes it from (HOST)."""
+    raw = sanitize(ops, logits)
+    cuts = _run_stages(ops, stages, s, raw, *hist)
+    rows = _rows(ops, raw, cuts) if mode == RECORD else Dist(ops, cuts[-1].x)
+    cdf = ops.cumsum(rows.e[-1] / rows.z[-1] if mode == RECORD else rows.p)  # the final distribution
     # u is capped one float32 step below 1 so that u * total < total survives rounding: the first index where
     # the CDF passes u * total always exists and always has p > 0.
     token = ops.minimum(ops.sum(cdf <= ops.minimum(u, U_MAX) * cdf[-1]), raw.shape[0] - 1)
     tok = ops.stack([token])  # (1,)
     bumped = tuple(bump(ops, h, tok) for h in hist)
-    if not record:
-        return (tok, ops.stack([final.lse]), *bumped)
-    return (*_record(ops, raw, cuts, final, tok, top_n), *bumped)
+    if mode == RECORD:
+        return (*_record(ops, raw, cuts, rows, tok, top_n), *bumped)
+    lse = ops.stack([rows.lse])  # (1,): `result` checks it is finite
+    return (tok, lse, raw, *bumped) if mode == HOST else (tok, lse, *bumped)
 
 
-def _host_record(ops, stages, s, top_n, logits, hist, tok) -> tuple:  # noqa: ANN001
-    """`_device_step`'s record on numpy, around the token the device drew."""
-    host = [NUMPY.f32(ops.numpy(a)) for a in (logits, *hist)]
+def _host_record(ops, stages, s, top_n, hist, tok, raw) -> tuple:  # noqa: ANN001
+    """`_device_step`'s record on numpy, around the token the device drew from the same sanitized logits."""
+    host = [NUMPY.f32(ops.numpy(h)) for h in hist]
     with np.errstate(all="ignore"):
-        raw, cuts, final = _run_pipeline(NUMPY, stages, s, *host)
-        return _record(NUMPY, raw, cuts, final, tok.astype(np.int64), top_n)
+        cuts = _run_stages(NUMPY, stages, s, raw, *host)
+        return _record(NUMPY, raw, cuts, _rows(NUMPY, raw, cuts), tok.astype(np.int64), top_n)
 
 
-def _run_pipeline(ops, stages, s, logits, *hist) -> tuple[Array, list[Cut], Dist]:  # noqa: ANN001
-    """The sanitized raw logits, each stage's cut in order (the penalties' first when `hist` is given), and the
-    final distribution."""
-    raw = sanitize(ops, logits)
+def _run_stages(ops, stages, s, raw, *hist) -> list[Cut]:  # noqa: ANN001
+    """Each stage's cut of the sanitized logits `raw`, in order (the penalties' first when `hist` is given)."""
     cuts = [Cut(apply_penalties(ops, raw, s, *hist))] if hist else []
     for _, fn in stages:
         cuts.append(fn(ops, cuts[-1].x if cuts else raw))
-    return raw, cuts, Dist(ops, cuts[-1].x)
+    return cuts
 
 
-def _record(ops, raw, cuts, final, tok, top_n) -> tuple:  # noqa: ANN001
+def _rows(ops: ArrayOps, raw: Array, cuts: list[Cut]) -> Dist:
+    """The distributions the record reads, as rows of one (S+1, V) array: row s is stage s's input, the last
+    row the final distribution (which the token is drawn from)."""
+    return Dist(ops, ops.stack([raw, *(c.x for c in cuts)]))
+
+
+def _record(ops, raw, cuts, rows, tok, top_n) -> tuple:  # noqa: ANN001
     """What the trace keeps of one step: the drawn token's numbers, the top-K raw logits and, over the top-N raw
     candidates, each stage's input and output probabilities, what it kept and its threshold."""
-    vocab = raw.shape[0]
-    rd = Dist(ops, raw)
+    vocab, last = raw.shape[0], len(cuts)
     top_vals, top_ids = ops.topk(raw, min(RECORD_K, vocab))
     ids = top_ids[:top_n]
-    inputs = [raw, *(c.x for c in cuts[:-1])]
-    dists = [rd, *(Dist(ops, x) for x in inputs[1:]), final]  # row s: stage s's input, row s + 1: its output
-    probs = ops.stack([d.at(ids) for d in dists])  # (S+1, N)
-    kept = ops.stack([ops.isfinite(ops.take(c.x, ids)) for c in cuts])  # (S, N)
-    counts = ops.stack([ops.sum(ops.isfinite(c.x)) for c in cuts])  # (S,)
-    lines = ops.stack([_threshold(ops, c, d) for c, d in zip(cuts, dists, strict=False)])  # (S,)
-    cumulative = [_cumulative(ops, c, x, ids) for c, x in zip(cuts, inputs, strict=True) if c.order is not None]
+    probs = rows.at(ids)  # (S+1, N)
+    finite = ops.isfinite(rows.x[1:])  # (S, V): what each stage left
+    kept = finite[:, ids]  # (S, N)
+    counts = ops.sum(finite, axis=-1)  # (S,)
+    lines = ops.stack([_threshold(ops, c, rows, i) for i, c in enumerate(cuts)])  # (S,)
+    cumulative = [_cumulative(ops, c, rows.x[i], ids) for i, c in enumerate(cuts) if c.order is not None]
     raw_tok = ops.take(raw, tok)
     rank = ops.sum(raw > raw_tok) + ops.sum((raw == raw_tok) & (ops.arange(vocab) < tok))
+    entropy, lse = rows.entropy(slice(None, None, last)), rows.lse  # entropy of rows 0 and S (raw, final)
     scalars = ops.stack([
-        ops.f32(tok[0]), final.at(tok)[0], rd.logprob(tok)[0], ops.f32(rank),
-        rd.entropy(), final.entropy(), rd.lse, final.lse,
+        ops.f32(tok[0]), ops.take(rows.e[last], tok)[0] / rows.z[last],
+        ops.take(rows.xm[0], tok)[0] - rows.log_z[0], ops.f32(rank), entropy[0], entropy[1], lse[0], lse[last],
     ])
     return (tok, scalars, counts, top_ids, top_vals, probs, kept, lines, *cumulative)
 
 
-def _threshold(ops: ArrayOps, cut: Cut, before: Dist) -> Array | float:
-    """Where a stage cut, in the probability space of its input (`before`); NaN for a stage that cuts nothing.
-    A logit line maps through the input's own softmax: top-k's is then exactly its k-th token's probability,
-    min-p's min_p × the top probability."""
+def _threshold(ops: ArrayOps, cut: Cut, rows: Dist, i: int) -> Array | float:
+    """Where stage i cut, in the probability space of its input (row i of `rows`); NaN for a stage that cuts
+    nothing. A logit line maps through the input's own softmax: top-k's is then exactly its k-th token's
+    probability, min-p's min_p × the top probability."""
     if cut.mass is not None:
         return cut.mass
     if cut.line is not None:
-        return ops.exp(cut.line - before.m) / before.z
+        return ops.exp(cut.line - rows.m[i]) / rows.z[i]
     return NAN
 
 
@@ -351,17 +366,8 @@ def _cumulative(ops: ArrayOps, cut: Cut, x: Array, ids: Array) -> Array:
     can make one, and only by an exact float tie; it is not counted.)"""
     sorted_x, cdf = cut.order
     v = ops.take(x, ids)
-    ahead = _row_counts(ops, (v[None, :] == v[:, None]) & (ids[None, :] < ids[:, None]))  # tied, lower id
+    ahead = ops.sum((v[None, :] == v[:, None]) & (ids[None, :] < ids[:, None]), axis=-1)  # tied, lower id
     return ops.take(cdf, ops.minimum(ops.count_above(sorted_x, v) + ahead, sorted_x.shape[0] - 1))
-
-
-def _row_counts(ops: ArrayOps, mask: Array) -> Array:
-    """(N,) the True in each row of an (N, N) mask whose diagonal is False: differences of one running count
-    over the rows laid end to end (its first entry, on the diagonal, is 0)."""
-    n = mask.shape[0]
-    running = ops.count_cumsum(mask.reshape(-1))
-    ends = ops.arange(n) * n + (n - 1)
-    return ops.take(running, ends) - ops.take(running, ops.maximum(ends - n, 0))
 
 
 def resample(
