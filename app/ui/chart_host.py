@@ -90,6 +90,7 @@ class TimelineHost(ChartHost):
         """The shown run's steps, redrawn with the cursor whenever the view-model shows a step (at most 10 times
         a second while streaming); a click selects a step."""
         playground.run_started.connect(lambda _request: self.clear_run())
+        playground.cleared.connect(lambda: self.clear_run())
         playground.steps_appended.connect(lambda steps: self.append_steps(steps))
         playground.step_shown.connect(lambda i, trace: self.show_step(i, trace, playground.streaming))
         playground.preview_changed.connect(lambda _s, trace: self.set_cursor(trace.step))

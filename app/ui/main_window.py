@@ -302,6 +302,7 @@ class MainWindow(QMainWindow):
         pg.failed.connect(self._failed)
         pg.opt_in_needed.connect(self._opt_in_needed)
         pg.run_started.connect(lambda _request: self.reply_button.hide())
+        pg.cleared.connect(self.reply_button.hide)
         pg.finished.connect(lambda _ev: self.reply_button.setVisible(self.prompt.chat_mode and bool(pg.steps)))
         self.sampler.changed.connect(self._sampler_changed)
         self.model_bar.backend.currentIndexChanged.connect(lambda _i: self.sampler.set_remote(

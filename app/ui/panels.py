@@ -53,9 +53,15 @@ class MetricsStrip(QWidget):
 
     def bind(self, playground: Playground) -> None:
         """Prefill figures once prefilled, live figures with each step shown while streaming, the final ones."""
+        playground.run_started.connect(lambda _request: self.clear())  # no figure of the last run stays shown
+        playground.cleared.connect(self.clear)
         playground.prefilled.connect(lambda ev: self.started(len(ev.prompt_ids), ev.seconds, ev.reused))
         playground.step_shown.connect(lambda *_: playground.streaming and self.live(*playground.live_stats()))
         playground.finished.connect(lambda ev: self.final(ev.metrics))
+
+    def clear(self) -> None:
+        for key, name, _ in self.FIELDS:
+            self.values[key].setText(f"{name}: —")
 
     def started(self, prompt_tokens: int, prefill_s: float, reused: int = 0) -> None:
         """`reused`: prompt tokens an earlier run's KV cache held, not prefilled again (as `Metrics` counts)."""

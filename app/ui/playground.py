@@ -50,6 +50,7 @@ class Playground(QObject):
     session_replaced = Signal()  # another whole session was opened (or a new, empty one begun)
     session_changed = Signal()  # a run was added, finished, renamed or deleted: the branch tree redraws
     diverged = Signal(int)  # the first step where the shown branch's token differs from its parent's
+    cleared = Signal()  # nothing is shown (an empty session, or the last run deleted): the views' empty state
 
     def __init__(self, parent: QObject | None = None, worker: ModelThread | None = None) -> None:
         super().__init__(parent)
@@ -160,6 +161,8 @@ class Playground(QObject):
         run = session.get(shown) if shown is not None else None
         if run is not None and run.finished is not None:
             self._show_finished(run)
+        else:
+            self.cleared.emit()
         return True
 
     def _show_finished(self, run: Run) -> None:
@@ -270,7 +273,7 @@ class Playground(QObject):
             if rest is not None and rest.finished is not None:
                 self._show_finished(rest)
             else:
-                self.run_started.emit(Request())  # nothing to show: the views clear
+                self.cleared.emit()
         self.session_changed.emit()
         return True
 

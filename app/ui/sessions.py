@@ -25,7 +25,6 @@ from PySide6.QtWidgets import QFileDialog, QMenu, QMessageBox
 from app.core import session_file
 from app.core.session_file import EncodedTraces, SavedSession, SessionFormatError
 from app.ui.preferences import Preferences, default_path
-from app.ui.step_panel import IDLE
 
 if TYPE_CHECKING:
     from app.core.events import Message
@@ -149,16 +148,7 @@ class Sessions(QObject):
         w.sampler.set_settings(doc.settings)
         w.model_bar.set_source(doc.model)
         w.model_bar.set_backend(doc.backend)
-        if shown is None:
-            self._clear_views()
         return True
-
-    def _clear_views(self) -> None:
-        """An empty session: nothing in the output, the step chart or the timeline."""
-        self.w.output.text.clear_run()
-        self.w.step_chart.clear_step("no step yet: press Generate")
-        self.w.step_title.setText(IDLE)
-        self.w.timeline.clear_run()
 
     # verbs --------------------------------------------------------------------------------------------------
     def new(self) -> bool:

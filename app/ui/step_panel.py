@@ -50,11 +50,12 @@ class StepPanel(QWidget):
 
     def bind(self, pg: Playground) -> None:
         pg.run_started.connect(lambda _request: self.clear())
+        pg.cleared.connect(lambda: self.clear("no step yet: press Generate"))
         pg.step_shown.connect(self.show_step)
         pg.preview_changed.connect(self.preview)
 
-    def clear(self) -> None:
-        self.chart.clear_step("waiting for the first token…")
+    def clear(self, note: str = "waiting for the first token…") -> None:
+        self.chart.clear_step(note)
         self.title.setText(IDLE)
         self.trace = None
 

@@ -30,27 +30,18 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QMenu, QSizePolicy, QTextEdit, QToolTip, QVBoxLayout, QWidget
 
 from app.core.events import Step
+from app.core.export import SHADES, shade, shade_rgba
 from app.core.surprisal import PromptScore
 
 if TYPE_CHECKING:
     from app.ui.playground import Playground
 
-SHADES = 20
 ALTERNATIVES = 5  # tokens offered by the output's branch menu
 DIVERGED = QColor(200, 60, 40)  # the mark of the first token a branch drew differently from its parent
 SURPRISE_DECADES = 4  # the surprisal scale runs from p = 1 (clear) to p <= 1e-4 (full colour), log-spaced
 # Yellow-orange-red (ColorBrewer YlOrRd), translucent so text stays readable; clear where the model expected it.
 SURPRISE_STOPS = ((0.0, (255, 237, 160, 0)), (0.33, (254, 178, 76, 110)), (0.66, (240, 59, 32, 150)),
                   (1.0, (189, 0, 38, 185)))
-
-
-def prob_color(p: float, alpha: int = 120) -> QColor:
-    """Red (unlikely) through amber to green (likely), translucent so text stays readable in any palette."""
-    p = min(max(p, 0.0), 1.0)
-    hue = int(120 * p)  # 0 red .. 120 green
-    c = QColor.fromHsv(hue, 200, 235)
-    c.setAlpha(alpha)
-    return c
 
 
 def surprise_level(logprob: float) -> float:
@@ -147,15 +138,17 @@ class TokenText(TokenSpans):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setPlaceholderText("Generated tokens appear here, shaded by probability. Press Ctrl+Enter.")
-        self._formats = [self._format(i / (SHADES - 1)) for i in range(SHADES)]
+        self._formats = [self._format(i) for i in range(SHADES)]
+        self._plain = QTextCharFormat()
         self._end_format = QTextCharFormat()
         self._end_format.setForeground(QColor(128, 128, 128))
         self._end_format.setFontItalic(True)
         self.clear_run()
 
-    def _format(self, p: float) -> QTextCharFormat:
+    def _format(self, shade: int) -> QTextCharFormat:
+        """A token's look at one of the shades the exports use too (red, unlikely, to green, likely)."""
         f = QTextCharFormat()
-        f.setBackground(prob_color(p))
+        f.setBackground(QColor(*shade_rgba(shade)))
         return f
 
     def clear_run(self) -> None:
@@ -201,8 +194,8 @@ class TokenText(TokenSpans):
             if not s.text:
                 continue
             self._step_of.append(s.step)
-            p = s.trace.prob if s.trace is not None and s.trace.prob is not None else 1.0
-            fmt = self._formats[round(p * (SHADES - 1))]
+            level = shade(s.trace.prob) if s.trace is not None else None
+            fmt = self._formats[level] if level is not None else self._plain  # a server's run: not recorded
             if self._branch is not None:
                 fmt = self._branch_format(fmt, s.step, s.token_id)
             self.insert_span(cursor, s.text, fmt)
@@ -291,7 +284,7 @@ class Legend(QWidget):
     """A gradient bar: the shade each value gets. `color(x)` for x in 0..1, drawn over the text's background
     so translucent shades look as they do behind the text."""
 
-    def __init__(self, color: Callable[[float], QColor] = lambda x: prob_color(x, 255),
+    def __init__(self, color: Callable[[float], QColor] = lambda x: QColor(*shade_rgba(shade(x))[:3]),
                  tip: str = "Background shade = probability of the drawn token in the final distribution",
                  width: int = 140, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -337,6 +330,7 @@ class TokenView(QWidget):
         While the latest step streams by, no token is selected: it moves too fast to follow."""
         t = self.text
         pg.run_started.connect(lambda request: (t.clear_run(), t.set_branch(pg.branch_step), self._note(request)))
+        pg.cleared.connect(lambda: (t.clear_run(), t.set_branch(None), self.branch_note.setText("")))
         pg.diverged.connect(t.mark_divergence)
         t.fork_requested.connect(self.fork_requested)
         t.regenerate_requested.connect(self.regenerate_requested)
@@ -362,15 +356,15 @@ class SurprisalText(TokenSpans):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self._formats = [self._format(i / (SHADES - 1)) for i in range(SHADES)]
+        self._formats = [self._format(i) for i in range(SHADES)]
         self._first = QTextCharFormat()  # the first token: nothing precedes it, so it has no probability
         self._first.setForeground(QColor(128, 128, 128))
         self.score: PromptScore | None = None
         self._text_of: Callable[[int], str] = str
 
-    def _format(self, level: float) -> QTextCharFormat:
+    def _format(self, shade: int) -> QTextCharFormat:
         f = QTextCharFormat()
-        f.setBackground(surprise_color(level))
+        f.setBackground(surprise_color(shade / (SHADES - 1)))
         return f
 
     def show_score(self, score: PromptScore, token_text: Callable[[int], str]) -> None:
@@ -382,8 +376,8 @@ class SurprisalText(TokenSpans):
         cursor = QTextCursor(self.document())
         cursor.beginEditBlock()
         for tid, lp in zip(score.ids, score.logprobs.tolist(), strict=True):
-            shade = surprise_shade(lp)
-            fmt = self._first if shade is None else self._formats[shade]
+            level = surprise_shade(lp)
+            fmt = self._first if level is None else self._formats[level]
             self.insert_span(cursor, shown_piece(token_text(tid)), fmt)
         cursor.endEditBlock()
         bar.setValue(keep)

@@ -148,3 +148,25 @@ def test_uncertain_steps_are_marked_from_the_record_and_a_mark_forks_with_the_ru
     fin = wait_run(qtbot, window, lambda: tl.uncertain_clicked.emit(step))
     child = pg.session.get(fin.run_id)
     assert child.parent == (root.run_id, step) and child.trace.token_ids[step] == want
+
+
+def test_deleting_the_last_run_leaves_every_view_empty_and_new_does_too(qtbot, window):
+    first_run(qtbot, window)
+    pg, tree = window.playground, window.branches.tree
+    assert window.output.text.toPlainText() and window.step_panel.trace is not None
+    assert "—" not in window.metrics.values["rate"].text()
+    tree.setFocus()
+    tree.setCurrentItem(window.branches.item_of(pg.shown.id))
+    qtbot.keyClick(tree, Qt.Key.Key_Delete)
+    qtbot.waitUntil(lambda: not tree_ids(window))
+
+    def empty() -> bool:
+        return (pg.shown is None and not window.output.text.toPlainText() and window.step_panel.trace is None
+                and "press Generate" in window.step_chart.note.toPlainText()
+                and window.timeline.n == 0 and not window.output.branch_note.text()
+                and all(label.text().endswith(": —") for label in window.metrics.values.values()))
+
+    assert empty()
+    first_run(qtbot, window)
+    window.sessions.ask = lambda: "discard"
+    assert window.sessions.new() and empty()

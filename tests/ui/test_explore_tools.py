@@ -14,11 +14,10 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication, QImage
 
-from app.core.export import CANDIDATE_COLUMNS, SHADES, STEP_COLUMNS, shade_rgba
+from app.core.export import CANDIDATE_COLUMNS, STEP_COLUMNS
 from app.core.presets import PresetStore, default_path
 from app.core.settings import StageOrder
 from app.core.trace import RunTrace
-from app.ui.token_view import prob_color
 from tests.core.test_export import spans_of
 
 RUN_TIMEOUT = 60_000
@@ -99,12 +98,6 @@ def test_a_damaged_presets_file_is_reported_at_start_and_never_overwritten(qtbot
     assert "not saved until" in w.banner.label.text() and path.read_text().endswith('"pres')
     assert w.sampler.presets.combo.findData("precise") >= 0  # the shipped ones are still there
     w.close()
-
-
-def test_exports_shade_tokens_with_the_output_view_s_colours():
-    for i in range(SHADES):
-        c = prob_color(i / (SHADES - 1))
-        assert (c.red(), c.green(), c.blue(), c.alpha()) == shade_rgba(i)
 
 
 def export(window, key: str, path: Path) -> Path:
