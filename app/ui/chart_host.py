@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from app.ui.playground import Playground
 
 
+SERIES = {"both": "p + entropy", "prob": "p(drawn)", "entropy": "entropy"}  # what the timeline draws
+
+
 class ChartHost(QWidget):
     """Holds the chart `charts.<chart_class>(**kwargs)`, made on demand."""
 
@@ -75,7 +78,14 @@ class TimelineHost(ChartHost):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__("TimelineChart", parent)
+        self._series = "both"
         self.built.connect(self._forward)
+
+    def show_series(self, which: str) -> None:
+        """`charts.TimelineChart.show_series`, kept until the chart is built (choosing it builds nothing)."""
+        self._series = which
+        if self.is_built:
+            self.chart.show_series(which)
 
     @property
     def cursor(self) -> object:
@@ -85,6 +95,7 @@ class TimelineHost(ChartHost):
     def _forward(self, chart: QWidget) -> None:
         chart.step_clicked.connect(self.step_clicked)
         chart.uncertain_clicked.connect(self.uncertain_clicked)
+        chart.show_series(self._series)
 
     def bind(self, playground: Playground) -> None:
         """The shown run's steps, redrawn with the cursor whenever the view-model shows a step (at most 10 times

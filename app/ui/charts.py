@@ -268,7 +268,8 @@ class StepChart(ThemedPlot):
 
 
 class TimelineChart(ThemedPlot):
-    """Chosen-token probability (left axis) and entropy (right axis) per step; click to select a step. The
+    """Chosen-token probability (left axis, an area) and entropy (right axis, a line) per step, both or either
+    (`chart_host.SERIES`); click to select a step. The
     most uncertain steps (`uncertain_steps`) carry a mark: clicking one asks to fork there with the runner-up.
     Bound to the view-model through its host (`chart_host.TimelineHost.bind`)."""
 
@@ -287,7 +288,9 @@ class TimelineChart(ThemedPlot):
         # a long run is drawn as one min-max pair per pixel column (pyqtgraph's default keeps ~5 samples per pixel:
         # a 10,000-step curve cost ~8 ms a repaint); the curves' values are made finite before they are set
         thin = {"autoDownsampleFactor": 1.0, "skipFiniteCheck": True}
-        self.prob = pg.PlotDataItem(pen=pg.mkPen(FINAL, width=1), **thin)
+        shade = QColor(FINAL)
+        shade.setAlpha(45)  # p(drawn) is an area, entropy a line: the two read apart where they cross
+        self.prob = pg.PlotDataItem(pen=pg.mkPen(FINAL, width=1), fillLevel=0, brush=shade, **thin)
         self.addItem(self.prob)
         self.vb2 = pg.ViewBox()
         pi.scene().addItem(self.vb2)
@@ -319,6 +322,16 @@ class TimelineChart(ThemedPlot):
 
     def _sync_views(self) -> None:
         self.vb2.setGeometry(self.getPlotItem().vb.sceneBoundingRect())
+
+    def show_series(self, which: str) -> None:
+        """Draw both curves ("both"), or only "prob" or only "entropy", each with its own axis. The uncertain
+        marks stay: they sit at their entropy, on the right axis's scale."""
+        prob, entropy = which in ("both", "prob"), which in ("both", "entropy")
+        pi = self.getPlotItem()
+        self.prob.setVisible(prob)
+        pi.showAxis("left", prob)
+        self.entropy.setVisible(entropy)
+        pi.showAxis("right", entropy)
 
     def clear_run(self) -> None:
         self._later.stop()

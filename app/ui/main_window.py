@@ -9,12 +9,14 @@ import contextlib
 from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QResizeEvent
 from PySide6.QtWidgets import (
+    QComboBox,
     QDoubleSpinBox,
     QHBoxLayout,
     QLabel,
     QMainWindow,
     QPushButton,
     QScrollArea,
+    QSizePolicy,
     QSplitter,
     QToolButton,
     QVBoxLayout,
@@ -27,7 +29,7 @@ from app.core.model_thread import ModelThread
 from app.core.models import ModelSpec
 from app.core.settings import SettingsError
 from app.ui.branch_tree import BranchTree
-from app.ui.chart_host import TimelineHost
+from app.ui.chart_host import SERIES, TimelineHost
 from app.ui.code_dialog import CodeDialog, code_request
 from app.ui.exporting import Exporter
 from app.ui.model_bar import ModelBar
@@ -43,6 +45,7 @@ from app.ui.token_view import TokenView
 MAX_RECENT = 10
 PRELOAD_MS = 250
 NARROW = 1100  # px: narrower windows fold the model card away
+SIDE = 240  # px: the right column's width (branch tree, model card) when it unfolds
 
 
 class Banner(QWidget):
@@ -219,6 +222,11 @@ class MainWindow(QMainWindow):
                                         "above this (top 5 %: the most uncertain 5 % of the run); click a mark "
                                         "to continue with the runner-up token there")
         self.uncertain.valueChanged.connect(lambda v: self.timeline.set_uncertain_above(v or None))
+        self.series = QComboBox(toolTip="What the timeline draws: the drawn token's probability (area, left axis), "
+                                "the entropy of the model's distribution (line, right axis), or both")
+        for key, label in SERIES.items():
+            self.series.addItem(label, key)
+        self.series.currentIndexChanged.connect(lambda _i: self.timeline.show_series(self.series.currentData()))
 
     def _layout_side(self) -> QWidget:
         """The right column: the branch tree over the model card."""
@@ -251,7 +259,10 @@ class MainWindow(QMainWindow):
         tb = QVBoxLayout(timeline_box)
         tb.setContentsMargins(0, 0, 0, 0)
         head = QHBoxLayout()
-        head.addWidget(QLabel("<b>Run timeline</b> — click to select a step"), 1)
+        title = QLabel("<b>Run timeline</b> — click to select a step", toolTip="Click to select a step")
+        title.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # cut, never widening
+        head.addWidget(title, 1)
+        head.addWidget(self.series)
         head.addWidget(QLabel("▲ uncertain:"))
         head.addWidget(self.uncertain)
         tb.addLayout(head)
@@ -259,7 +270,10 @@ class MainWindow(QMainWindow):
         self.center = self._splitter(Qt.Orientation.Vertical, "center", self.output, self.step_panel, timeline_box)
         self.center.setSizes([300, 340, 180])
         self.main = self._splitter(Qt.Orientation.Horizontal, "main", self.left, self.center, self._layout_side())
-        self.main.setSizes([360, 760, 240])
+        self.main.setSizes([360, 760, SIDE])
+        self.main.setStretchFactor(1, 1)  # a wider window widens the charts, not the prompt or the side column
+        self.main.setStretchFactor(0, 0)
+        self.main.setStretchFactor(2, 0)
         self.main.setCollapsible(2, True)  # the model card gives way first in a small window (drag it back)
         self._card_width: int | None = None  # its width before a narrow window folded it away
         root = QWidget()
@@ -449,6 +463,7 @@ class MainWindow(QMainWindow):
         self.model_bar.folders = p.get("model_folders")
         self.model_bar.remote.set_server(p.get("remote/base_url"), p.get("remote/concurrency"))
         self.model_bar.offline.setChecked(p.get("offline"))
+        self.series.setCurrentIndex(max(0, self.series.findData(p.get("timeline/series"))))
         self.model_bar.set_source(spec.source if spec is not None else p.get("model"))
         self.model_bar.set_backend(spec.backend if spec is not None else p.get("backend"))
         if spec is not None:
@@ -464,6 +479,7 @@ class MainWindow(QMainWindow):
         p.set("model", self.model_bar.source())
         p.set("backend", self.model_bar.backend.currentData())
         p.set("offline", self.model_bar.offline.isChecked())
+        p.set("timeline/series", self.series.currentData())
         url, concurrency = self.model_bar.remote.server()
         p.set("remote/base_url", url)
         p.set("remote/concurrency", concurrency)
@@ -475,12 +491,17 @@ class MainWindow(QMainWindow):
         sizes = self.main.sizes()
         narrow = event.size().width() < NARROW
         if narrow and sizes[2] > 0 and self._card_width is None:
-            self._card_width = sizes[2]
+            self._card_width = max(sizes[2], SIDE)  # (a window still being laid out gives it a sliver)
             self.main.setSizes([sizes[0], sizes[1] + sizes[2], 0])
         elif not narrow and self._card_width is not None:
-            if sizes[2] == 0:
-                self.main.setSizes([sizes[0], max(1, sizes[1] - self._card_width), self._card_width])
-            self._card_width = None
+            card, self._card_width = self._card_width, None
+            if sizes[2] == 0:  # once the splitter has its new width (it is laid out after this event)
+                QTimer.singleShot(0, lambda: self._unfold(card))
+
+    def _unfold(self, card: int) -> None:
+        left, center, right = self.main.sizes()
+        if right == 0:
+            self.main.setSizes([left, max(1, center - card), card])
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
         if not self.sessions.may_close():  # unsaved changes, and the user chose Cancel

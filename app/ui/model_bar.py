@@ -9,7 +9,8 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -28,6 +29,21 @@ from app.ui.remote_fields import RemoteFields
 from backends import INSTALL_HINT, ModelLoadError, installed, resolve_name
 from backends.base import LoadOptions
 from backends.threads import MAX_THREADS
+
+
+class ElidedLabel(QLabel):
+    """A one-line label that ends in "…" where the room ends (the whole text in its tooltip) and never widens
+    its window."""
+
+    def __init__(self, text: str = "", parent: QWidget | None = None) -> None:
+        super().__init__(text, parent)
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+
+    def paintEvent(self, _event: object) -> None:  # noqa: N802 - Qt override
+        painter = QPainter(self)
+        painter.setPen(self.palette().color(self.foregroundRole()))
+        text = self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, self.contentsRect().width())
+        painter.drawText(self.contentsRect(), int(self.alignment()), text)
 
 
 class ModelBar(QWidget):
@@ -80,10 +96,9 @@ class ModelBar(QWidget):
         self.progress = QProgressBar(maximumWidth=160, textVisible=True)
         self.progress.hide()
         self._download_start: tuple[float, int] | None = None
-        self.status = QLabel("")
+        self.status = ElidedLabel()  # a long status (a download's progress, a model's name) ends in "…"
         self.status.setObjectName("model_status")
-        # a long status (a download's progress, a model's name) is cut at the window's edge, never widens it
-        self.status.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.status.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
         row = QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
         for w, stretch in ((QLabel("Backend"), 0), (self.backend, 0), (QLabel("Model"), 0), (self.model, 2),

@@ -224,3 +224,32 @@ def test_mid_run_a_pinned_step_stays_whole_and_following_shows_the_latest(qtbot,
     with qtbot.waitSignal(window.playground.finished, timeout=RUN_TIMEOUT):
         window.playground.stop()
     assert_one_step(window, len(window.playground.steps) - 1)
+
+
+def test_the_timeline_draws_either_curve_or_both_and_the_window_remembers_which(qtbot, window, store, tiny_path):
+    with qtbot.waitSignal(window.playground.finished, timeout=RUN_TIMEOUT) as done:
+        window.generate()
+    entropies = [st.sample.entropy for st in done.args[0].trace.steps]
+    tl, axes = window.timeline, window.timeline.getPlotItem().getAxis
+    assert tl.prob.isVisible() and tl.entropy.isVisible() and axes("left").isVisible() and axes("right").isVisible()
+    window.series.setCurrentIndex(window.series.findData("entropy"))
+    assert not tl.prob.isVisible() and not axes("left").isVisible() and tl.entropy.isVisible()
+    np.testing.assert_allclose(tl.entropy.getData()[1], entropies, rtol=1e-6)  # the record's numbers
+    window.series.setCurrentIndex(window.series.findData("prob"))
+    assert tl.prob.isVisible() and not tl.entropy.isVisible() and not axes("right").isVisible()
+    window.save_state()
+    again = MainWindow(settings=store, spec=window.model_bar.spec())
+    qtbot.addWidget(again)
+    assert again.series.currentData() == "prob" and not again.timeline.is_built  # choosing builds nothing
+    assert again.timeline.prob.isVisible() and not again.timeline.entropy.isVisible()  # applied when built
+    again.sessions.ask = lambda: "discard"
+    again.close()
+
+
+def test_a_window_widened_from_900_px_gives_the_room_to_the_charts_and_the_side_column_back(qtbot, window):
+    window.resize(900, 600)
+    qtbot.waitUntil(lambda: window.main.sizes()[2] == 0, timeout=5_000)  # narrow: the side column folded
+    left = window.main.sizes()[0]
+    window.resize(1600, 1000)
+    qtbot.waitUntil(lambda: window.main.sizes()[2] >= 200, timeout=5_000)  # the branch tree and model card
+    assert window.main.sizes()[0] == left  # the prompt column kept its width: the charts took the rest

@@ -33,6 +33,7 @@ EXAMPLES = {  # per preference, a value other than its default
     "model_folders": ["/models", "~/.lmstudio/models"],
     "remote/base_url": "http://gpu:8000/v1",
     "remote/concurrency": 8,
+    "timeline/series": "entropy",
     "opt_ins": {"/models/a": ["trust_remote_code", "allow_pickle"]},
 }
 
@@ -58,6 +59,7 @@ WRONG = [  # (preference, what another version or a hand edit left in the file)
     ("remote/base_url", ["http", "x"]),
     ("remote/concurrency", "many"),
     ("remote/concurrency", "true"),
+    ("timeline/series", ["prob"]),
     ("opt_ins", '{"some/model": 1}'),
     ("opt_ins", '{"some/model": "trust_remote_code"}'),
     ("opt_ins", '["trust_remote_code"]'),
