@@ -194,6 +194,7 @@ class StepChart(ThemedPlot):
         for i, label in enumerate(self.cut_labels):
             self._cut_label(label, i, None, 0.0)
         self.note.setText(note)
+        self._fit_note()
         self.note.setPos(-0.6, 0.97)
         if self.shown is None:
             self.setXRange(-0.7, 19.7, padding=0)
@@ -239,8 +240,16 @@ class StepChart(ThemedPlot):
             self.getPlotItem().getAxis("bottom").setTicks(ticks)
             self._ticks = ticks
 
+    def _fit_note(self) -> None:
+        """The note wraps before the legend (top right) rather than running under it."""
+        if not hasattr(self, "note"):  # a resize while being made
+            return
+        legend = self.legend.boundingRect().width() if self._legend else 0.0
+        self.note.setTextWidth(max(120.0, self.width() - legend - 90))  # 90: the left axis and margins
+
     def resizeEvent(self, e: object) -> None:  # noqa: N802 - Qt override
         super().resizeEvent(e)
+        self._fit_note()
         if self.shown is not None:
             self._set_ticks(self.shown[1][: len(self._ticks[0]) if self._ticks else 0])
 
@@ -265,6 +274,7 @@ class StepChart(ThemedPlot):
             for item, name in entries:
                 self.legend.addItem(item, name)
         self._legend = entries
+        self._fit_note()
 
 
 class TimelineChart(ThemedPlot):
@@ -369,9 +379,11 @@ class TimelineChart(ThemedPlot):
             if item.opts["symbol"] != symbol:
                 item.setSymbol(symbol)
                 item.setSymbolSize(4)
-        self.prob.setData(x, finite(self._p[: self.n]))
-        h = finite(self._h[: self.n])
-        self.entropy.setData(x, h)
+        p, h = self._p[: self.n], self._h[: self.n]
+        known = np.isfinite(p).any(), np.isfinite(h).any()  # a server's run reports neither: nothing drawn
+        self.prob.setData(x if known[0] else [], finite(p) if known[0] else [])
+        h = finite(h)
+        self.entropy.setData(x if known[1] else [], h if known[1] else [])
         marked = uncertain_steps(self._h[: self.n], above=self.uncertain_above)
         self.marks.setData(marked, h[marked] if marked else [])
         self.vb2.setYRange(0, max(1.0, float(h.max()) * 1.05 if self.n else 1.0), padding=0)

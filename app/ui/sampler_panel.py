@@ -52,9 +52,12 @@ def _slider(f) -> QWidget:  # noqa: ANN001 - a settings.Field
 
 def _note(text: str) -> QLabel:
     """A small mark beside a setting that a remote server may not apply as we do; why, on hover."""
-    note = QLabel("server", toolTip=text, visible=False)
+    note = QLabel("⚠", toolTip=f"A server may not apply this as Logit Lab does: {text}", visible=False)
     note.setObjectName("server_note")
-    note.setStyleSheet("color: #b26a00; font-size: 10px;")
+    note.setStyleSheet("color: #b26a00;")
+    policy = note.sizePolicy()
+    policy.setRetainSizeWhenHidden(True)  # its room is kept: the panel never widens when a server is chosen
+    note.setSizePolicy(policy)
     return note
 
 
