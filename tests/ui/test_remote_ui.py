@@ -83,6 +83,9 @@ def test_a_run_cut_by_the_server_keeps_its_tokens_and_says_why(qtbot, store):
     assert [(r.reason, r.message) for r in runs] == [("error", messages[0])] * 2 and len(messages) == 2
     assert "after 3 tokens" in messages[0] and not w.banner.isHidden() and w.banner.label.text() == messages[0]
     assert w.output.text.toPlainText() == "w0w1w2"
+    qtbot.waitUntil(lambda: w.timeline.n == 3)
+    assert all(len(c.getData()[0] if c.getData()[0] is not None else []) == 0 for c in (w.timeline.prob,
+               w.timeline.entropy))  # neither p(drawn) nor entropy was reported: no curve (not zeros)
     w.banner.hide()
     w.playground.show_run(runs[0].run_id)
     assert len(messages) == 3 and not w.banner.isHidden() and w.output.text.toPlainText() == "w0w1w2"
