@@ -7,13 +7,14 @@ holds these charts through app/ui/chart_host.py, which imports this module (and 
 
 from __future__ import annotations
 
+import html
 import math
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QFont, QPalette
-from PySide6.QtWidgets import QWidget
+from PySide6.QtGui import QColor, QCursor, QFont, QPalette
+from PySide6.QtWidgets import QToolTip, QWidget
 
 from app.core.branches import uncertain_steps
 from app.core.events import Step
@@ -38,6 +39,31 @@ SPREAD_MS = 50  # while streaming the timeline redraws this long after the step 
 def _label(text: str, limit: int = MAX_LABEL) -> str:
     t = visible(text)
     return t if len(t) <= limit else t[: max(1, limit - 1)] + "…"
+
+
+def _p(probs: np.ndarray | None, i: int) -> str:
+    v = float(probs[i]) if probs is not None else math.nan
+    return "?" if math.isnan(v) else f"{v:.3f}" if v >= 0.001 else f"{v:.1e}"
+
+
+def _why(s: Sample, stage: str) -> str:
+    """Why `stage` cut a candidate, in the stage's own terms, with the threshold the record holds."""
+    i = s.stage_index(stage)
+    t = float(s.thresholds[i]) if i is not None else math.nan
+    return {"greedy": "greedy (temperature 0) keeps only the most probable candidate",
+            "top_k": f"its probability is below the k-th candidate's ({t:.3g})",
+            "top_p": f"the candidates before it already hold top-p's {t:.2f} of the probability",
+            "min_p": f"its probability is below min-p's line ({t:.3g}: min-p × the top probability)",
+            }.get(stage, "")
+
+
+def _show_tip(widget: QWidget, tip: str) -> None:
+    """A tooltip that follows the pointer from item to item within one widget (Qt shows a widget's tooltip
+    only after the pointer rests, and keeps the old text while it moves)."""
+    if tip != widget.toolTip():
+        widget.setToolTip(tip)
+        if QToolTip.isVisible():
+            QToolTip.showText(QCursor.pos(), tip, widget)
 
 
 def _themed(plot: pg.PlotWidget) -> None:
@@ -100,6 +126,19 @@ class StageLine:
 # Stages whose threshold is a probability, drawn over their own input: label, colour, line style.
 STAGE_LINES = {"top_k": ("top-k", QColor(0, 139, 139), Qt.PenStyle.DashDotLine),
                "min_p": ("min-p", QColor(138, 43, 226), Qt.PenStyle.DotLine)}
+TOP_P = QColor(46, 139, 87)  # green: top-p's line and running mass
+
+
+def _faded(c: QColor, alpha: int = 110) -> QColor:
+    c = QColor(c)
+    c.setAlpha(alpha)
+    return c
+
+
+# A cut candidate's model bar takes the colour of the stage that cut it, faded; the legend names each once.
+CUT_BY = {"greedy": CUT, "top_k": _faded(STAGE_LINES["top_k"][1]), "top_p": _faded(TOP_P),
+          "min_p": _faded(STAGE_LINES["min_p"][1])}
+CUT_BRUSH = {name: pg.mkBrush(c) for name, c in CUT_BY.items()}
 
 
 class StepChart(ThemedPlot):
@@ -122,28 +161,31 @@ class StepChart(ThemedPlot):
             self.addItem(line)
         small = QFont(self.font())
         small.setPointSizeF(max(6.0, small.pointSizeF() * 0.85))
-        self.legend = pi.addLegend(offset=(-10, 5), labelTextSize=f"{small.pointSizeF():.1f}pt")
+        self.legend = pi.addLegend(labelTextSize=f"{small.pointSizeF():.1f}pt")
+        # bottom right, above the tail's bars and stage marks: top-p's running mass and line run along the top,
+        # the large bars stand at the left
+        self.legend.anchor(itemPos=(1, 1), parentPos=(1, 0.86), offset=(-10, 0))
+        self.cut_samples = {name: pg.BarGraphItem(x=[], height=[], width=0.5, brush=CUT_BRUSH[name], pen=None)
+                            for name in CUT_BRUSH}  # legend entries only: "cut by top-k" and so on
         self._theme_legend()
         self.raw = pg.BarGraphItem(x=[0], height=[0], width=0.38, brush=RAW, pen=None)
         self.final = pg.BarGraphItem(x=[0], height=[0], width=0.38, brush=FINAL, pen=None)
         self.cumulative = pg.PlotDataItem(pen=pg.mkPen(QColor(120, 120, 120), width=1), symbol="o", symbolSize=4)
         for item in (self.raw, self.final, self.cumulative):
             self.addItem(item)
-        green = QColor(46, 139, 87)
-        self.top_p_line = pg.InfiniteLine(angle=0, pen=pg.mkPen(green, style=Qt.PenStyle.DashLine),
-                                          label="top-p {value:.2f}", labelOpts={"position": 0.55, "color": green})
+        self.top_p_line = pg.InfiniteLine(angle=0, pen=pg.mkPen(TOP_P, style=Qt.PenStyle.DashLine),
+                                          label="top-p {value:.2f}", labelOpts={"position": 0.55, "color": TOP_P})
         self.addItem(self.top_p_line)
         self.stage_lines = {name: StageLine(self, *opts) for name, opts in STAGE_LINES.items()}
-        self.cut_labels = [pg.TextItem(anchor=(0, 0.5), angle=90, color=QColor(128, 128, 128)) for _ in range(max_n)]
-        for t in self.cut_labels:
-            t.setFont(small)
-            self.addItem(t)
+        self.max_n = max_n
         pi.getAxis("bottom").setStyle(tickFont=small)
         self.title = pg.TextItem(anchor=(0, 0), color=self.palette().color(QPalette.ColorRole.Text))
         self.note = pg.TextItem(anchor=(0, 0), color=QColor(128, 128, 128))
         self.addItem(self.title)
         self.addItem(self.note)
         self.setYRange(0, 1.05, padding=0)
+        self.hint = ""  # said under a bar's tooltip, and alone elsewhere (the step panel's: click to fork)
+        self.scene().sigMouseMoved.connect(self._hover)
         self._ticks: list = []
         self._legend: list[tuple[object, str]] = []
         self.clear_step("no step yet: press Generate")  # an empty state, not an empty axis with a stray line
@@ -164,7 +206,7 @@ class StepChart(ThemedPlot):
         self.legend.setLabelTextColor(self.palette().color(QPalette.ColorRole.Text))
 
     def show_sample(self, s: Sample, texts: tuple[str, ...], heading: str = "") -> None:
-        n = min(len(texts), len(self.cut_labels), s.top_n)
+        n = min(len(texts), self.max_n, s.top_n)
         x = np.arange(n, dtype=float)
         pens = [PEN[bool(d)] for d in s.top_ids[:n] == s.token]
         self._set_legend(self._show_reported(s, x, pens) if s.is_partial else self._show_stages(s, x, pens))
@@ -191,8 +233,6 @@ class StepChart(ThemedPlot):
         self.top_p_line.setVisible(False)
         for stage in self.stage_lines.values():
             stage.show(None, math.nan)
-        for i, label in enumerate(self.cut_labels):
-            self._cut_label(label, i, None, 0.0)
         self.note.setText(note)
         self._fit_note()
         self.note.setPos(-0.6, 0.97)
@@ -202,8 +242,9 @@ class StepChart(ThemedPlot):
     def _show_stages(self, s: Sample, x: np.ndarray, pens: list) -> list[tuple[object, str]]:
         n = len(x)
         probs = finite(s.probs[:, :n].astype(np.float64))  # (S+1, N): row 0 raw, the last row sampled from
-        kept = s.kept[:, :n].all(axis=0)
-        self.raw.setOpts(x=x - 0.2, height=probs[0], width=0.38, brushes=[BRUSH[bool(k)] for k in kept], pens=None)
+        cut = [s.cut_by(i) for i in range(n)]
+        brushes = [BRUSH[True] if c is None else CUT_BRUSH.get(c, BRUSH[False]) for c in cut]
+        self.raw.setOpts(x=x - 0.2, height=probs[0], width=0.38, brushes=brushes, pens=None)
         self.final.setOpts(x=x + 0.2, height=probs[-1], width=0.38, brushes=None, pens=pens)
         legend = [(self.raw, "model (raw)"), (self.final, "sampled from")]
         top_p = s.stage_index("top_p")
@@ -218,8 +259,7 @@ class StepChart(ThemedPlot):
             i = s.stage_index(name)
             if stage.show(None if i is None else s.probs[i, :n], math.nan if i is None else float(s.thresholds[i])):
                 legend.append((stage.marks, stage.legend()))
-        for i, label in enumerate(self.cut_labels):
-            self._cut_label(label, i, s.cut_by(i) if i < n else None, probs[0][i] if i < n else 0.0)
+        legend += [(self.cut_samples[c], f"cut by {c.replace('_', '-')}") for c in CUT_BY if c in cut]
         self.note.setText("")
         return legend
 
@@ -253,13 +293,25 @@ class StepChart(ThemedPlot):
         if self.shown is not None:
             self._set_ticks(self.shown[1][: len(self._ticks[0]) if self._ticks else 0])
 
-    @staticmethod
-    def _cut_label(label: pg.TextItem, i: int, stage: str | None, height: float) -> None:
-        text = f"cut by {stage.replace('_', '-')}" if stage else ""
-        if label.toPlainText() != text:
-            label.setText(text)
-        if text:
-            label.setPos(i - 0.2, min(height + 0.03, 0.6))
+    def _hover(self, pos: object) -> None:
+        x = self.getPlotItem().vb.mapSceneToView(pos).x()
+        tip = self.bar_tip(round(x)) if math.isfinite(x) else ""
+        _show_tip(self, "<br>".join(t for t in (tip, self.hint and f"<i>{self.hint}</i>") if t))
+
+    def bar_tip(self, i: int) -> str:
+        """What candidate i's bars say, from the record: its probabilities and, if a stage cut it, which and why."""
+        if self.shown is None or not 0 <= i < min(len(self.shown[1]), self.max_n, self.shown[0].top_n):
+            return ""
+        s, texts = self.shown
+        raw, final = s.raw_probs, s.final_probs
+        rows = [f"<code>{html.escape(visible(texts[i]))}</code> · rank {i} by the model"
+                + (" · <b>drawn</b>" if int(s.top_ids[i]) == s.token else ""),
+                f"model (raw) {_p(raw, i)} → sampled from {_p(final, i)}" if not s.is_partial else
+                f"{'sampled from' if s.reported == 'final' else 'model (raw)'} {_p(s.probs[0], i)}, as the server "
+                "reported it"]
+        if (stage := s.cut_by(i)) is not None:
+            rows.append(f"<b>cut by {stage.replace('_', '-')}</b>: {_why(s, stage)}")
+        return "<br>".join(rows)
 
     def _set_legend(self, entries: list[tuple[object, str]]) -> None:
         """Name only what is drawn: entries are rebuilt when the items drawn change, relabelled in place when
@@ -325,6 +377,7 @@ class TimelineChart(ThemedPlot):
                                              label="differs", labelOpts={"position": 0.92, "color": DIVERGED})
         self.addItem(self.diverged_line)
         self.scene().sigMouseClicked.connect(self._clicked)
+        self.scene().sigMouseMoved.connect(self._hover)
         self._due = 0  # the step the next deferred redraw puts the cursor on
         self._later = QTimer(self, singleShot=True, interval=SPREAD_MS)
         self._later.timeout.connect(self._draw_due)
@@ -414,6 +467,18 @@ class TimelineChart(ThemedPlot):
     def _draw_due(self) -> None:
         self.redraw()
         self.set_cursor(self._due)
+
+    def point_tip(self, step: int) -> str:
+        """Step `step`'s numbers as recorded: the drawn token's probability and the model's entropy."""
+        if not 0 <= step < self.n:
+            return ""
+        p, h = float(self._p[step]), float(self._h[step])
+        return (f"step {step} · p(drawn) {'?' if math.isnan(p) else f'{p:.3f}'} · entropy "
+                f"{'?' if math.isnan(h) else f'{h:.2f}'} nats — click to select")
+
+    def _hover(self, pos: object) -> None:
+        x = self.getPlotItem().vb.mapSceneToView(pos).x()
+        _show_tip(self, self.point_tip(round(x)) if math.isfinite(x) else "")
 
     def _clicked(self, ev: object) -> None:
         if not self.n:

@@ -78,10 +78,12 @@ class MetricsStrip(QWidget):
 
     def final(self, m: Metrics) -> None:
         self._set("ttft", f"{m.ttft_s * 1000:.0f} ms")
-        self._set("rate", f"{m.decode_tokens_per_s:.1f} tok/s")
-        self._set("prefill", f"{m.prefill_tokens_per_s:.0f} tok/s")
+        decoded = m.decode_s > 0  # one token, or a server's whole answer: no decode speed was measured
+        self._set("rate", f"{m.decode_tokens_per_s:.1f} tok/s" if decoded else "—")
+        prefilled = m.prefill_s > 0 and m.prompt_tokens > m.reused_tokens  # 0: a server's (in its TTFT)
+        self._set("prefill", f"{m.prefill_tokens_per_s:.0f} tok/s" if prefilled else "—")
         self._set("tokens", f"{m.prompt_tokens}{_cached(m.reused_tokens)} + {m.generated_tokens}")
-        self._set("itl", f"{m.itl_mean_s * 1000:.1f} ms ({m.itl_p95_s * 1000:.1f})")
+        self._set("itl", f"{m.itl_mean_s * 1000:.1f} ms ({m.itl_p95_s * 1000:.1f})" if decoded else "—")
         self._set("kv", human_bytes(m.kv_cache_bytes))
 
 

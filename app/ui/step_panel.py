@@ -46,7 +46,7 @@ class StepPanel(QWidget):
 
     def _chart_built(self, chart: QWidget) -> None:
         chart.scene().sigMouseClicked.connect(self._clicked)
-        chart.setToolTip("Click a candidate's bars to continue the run with it from this step")
+        chart.hint = "Click a candidate's bars to continue the run with it from this step"
 
     def bind(self, pg: Playground) -> None:
         pg.run_started.connect(lambda _request: self.clear())

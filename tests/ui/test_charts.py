@@ -15,7 +15,7 @@ from PySide6.QtCore import Qt
 from app.core.sampling import sample
 from app.core.settings import SamplerSettings, StageOrder
 from app.core.trace import Sample
-from app.ui.charts import StepChart
+from app.ui.charts import CUT_BY, RAW, StepChart
 from app.ui.main_window import MainWindow
 from backends.ops import NUMPY
 
@@ -60,8 +60,20 @@ def assert_draws_the_record(chart: StepChart, s: Sample, texts: tuple[str, ...])
     np.testing.assert_array_equal(chart.final.opts["x"], x + 0.2)
     assert greyed(chart) == [not s.kept[:, i].all() for i in range(n)]
     assert outlined(chart) == np.flatnonzero(s.top_ids[:n] == s.token).tolist()
-    assert [label.toPlainText() for label in chart.cut_labels[:n]] == [
-        f"cut by {s.cut_by(i).replace('_', '-')}" if s.cut_by(i) else "" for i in range(n)]
+    cut = [s.cut_by(i) for i in range(n)]  # a cut candidate's model bar: the colour of the stage that cut it
+    assert [b.color().getRgb() for b in chart.raw.opts["brushes"]] == [
+        (RAW if c is None else CUT_BY[c]).getRgb() for c in cut]
+    names = [f"cut by {c.replace('_', '-')}" for c in CUT_BY if c in cut]  # each stage named once
+    assert [t for t in legend(chart) if t.startswith("cut by")] == names
+    for i, c in enumerate(cut):  # and its tooltip says which stage cut it, and why, with the record's threshold
+        tip = chart.bar_tip(i)
+        assert f"model (raw) {s.raw_probs[i]:.3f}" in tip or f"{s.raw_probs[i]:.1e}" in tip
+        if c is None:
+            assert "cut by" not in tip
+        else:
+            t = float(s.thresholds[s.stage_index(c)])
+            assert f"cut by {c.replace('_', '-')}" in tip
+            assert c == "greedy" or f"{t:.3g}" in tip or f"{t:.2f}" in tip
     ticks = chart.getPlotItem().getAxis("bottom")._tickLevels[0]
     assert [x for x, _ in ticks] == list(range(n))
     for (_, label), text in zip(ticks, texts, strict=True):  # each candidate's text, cut to fit if need be
@@ -99,7 +111,7 @@ def test_every_number_on_the_step_chart_is_the_records(chart, order, seed):
     k, m = (float(s.thresholds[s.stage_index(name)]) for name in ("top_k", "min_p"))
     shown = legend(chart)
     assert shown[:3] == ["model (raw)", "sampled from", "top-p's running mass"]
-    for entry, name, value in zip(shown[3:], ("top-k", "min-p"), (k, m), strict=True):  # the line's value, rounded
+    for entry, name, value in zip(shown[3:5], ("top-k", "min-p"), (k, m), strict=True):  # the line's value, rounded
         assert entry == f"{name}'s input · cut at " + (f"{value:.3f}" if value >= 0.001 else f"{value:.1e}")
 
 
@@ -138,7 +150,7 @@ def test_temperature_alone_draws_no_lines_and_penalties_are_a_stage(chart):
     chart.show_sample(s, texts)
     assert_draws_the_record(chart, s, texts)
     assert legend(chart) == ["model (raw)", "sampled from"]
-    assert not any(label.toPlainText() for label in chart.cut_labels)
+    assert not any(chart.bar_tip(i).count("cut by") for i in range(len(texts)))
 
 
 def test_a_partial_trace_shows_only_what_the_server_reported(chart):
@@ -153,7 +165,7 @@ def test_a_partial_trace_shows_only_what_the_server_reported(chart):
     assert outlined(chart) == [1]
     assert not chart.top_p_line.isVisible() and not any(st.line.isVisible() for st in chart.stage_lines.values())
     assert len(chart.cumulative.getData()[1] if chart.cumulative.getData()[1] is not None else []) == 0
-    assert not any(label.toPlainText() for label in chart.cut_labels)
+    assert "cut by" not in chart.bar_tip(1) and "sampled from 0.300, as the server reported" in chart.bar_tip(1)
     assert "stages not observed" in chart.note.toPlainText()
     assert legend(chart) == ["sampled from"]
     chart.show_sample(full, texts)  # and back: the full record is drawn whole again

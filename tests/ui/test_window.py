@@ -38,6 +38,14 @@ def test_generate_streams_tokens_into_the_view_and_the_charts(qtbot, window):
     assert window.generate_button.isEnabled() and not window.stop_button.isEnabled()
 
 
+def test_a_one_token_run_claims_no_decode_speed(qtbot, window):
+    fin = run(qtbot, window, max_tokens=1)
+    assert fin.metrics.generated_tokens == 1
+    values = window.metrics.values
+    assert values["rate"].text().endswith("—</b>") and values["itl"].text().endswith("—</b>")  # not "0.0"
+    assert "tok/s" in values["prefill"].text() and " ms" in values["ttft"].text()
+
+
 def endless(w: MainWindow) -> None:
     """Start a run that only Stop can end (a random model may otherwise draw end-of-text at any step)."""
     w.sampler.editors["max_tokens"].setValue(100_000)
