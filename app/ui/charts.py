@@ -404,6 +404,7 @@ class TimelineChart(ThemedPlot):
         self.prob.setData([], [])
         self.entropy.setData([], [])
         self.cursor.setValue(0)
+        self.cursor.setVisible(False)  # no run, no step to point at
         self.marks.setData([], [])
         self.diverged_line.setVisible(False)
         self.getPlotItem().setXRange(0, 10, padding=0.02)  # steps, not a unitless axis around 0
@@ -446,6 +447,7 @@ class TimelineChart(ThemedPlot):
 
     def set_cursor(self, step: int) -> None:
         self.cursor.setValue(step)
+        self.cursor.setVisible(self.n > 0)
 
     def append_steps(self, steps: list[Step]) -> None:
         traces = [s.trace for s in steps if s.trace is not None]

@@ -163,7 +163,8 @@ def test_deleting_the_last_run_leaves_every_view_empty_and_new_does_too(qtbot, w
     def empty() -> bool:
         return (pg.shown is None and not window.output.text.toPlainText() and window.step_panel.trace is None
                 and "press Generate" in window.step_chart.note.toPlainText()
-                and window.timeline.n == 0 and not window.output.branch_note.text()
+                and window.timeline.n == 0 and not window.timeline.cursor.isVisible()
+                and not window.output.branch_note.text()
                 and all(label.text().endswith(": —") for label in window.metrics.values.values()))
 
     assert empty()
