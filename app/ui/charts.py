@@ -326,6 +326,7 @@ class StepChart(ThemedPlot):
             for item, name in entries:
                 self.legend.addItem(item, name)
         self._legend = entries
+        self.legend.setVisible(bool(entries))  # an empty legend is still a small box
         self._fit_note()
 
 
