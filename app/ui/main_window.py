@@ -106,6 +106,7 @@ class MainWindow(QMainWindow):
                                         toolTip="Append the generated text as an assistant message, then a new "
                                         "user message")
         self.branches = BranchTree()
+        self._unusable = ""  # why the prompt cannot be generated from now ("": it can)
         self._build_actions()
         self._build_help()
         self._build_tools()
@@ -322,6 +323,7 @@ class MainWindow(QMainWindow):
         self.model_bar.backend.currentIndexChanged.connect(lambda _i: self.sampler.set_remote(
             self.model_bar.is_remote()))  # mark the settings a server may not apply
         self.reply_button.clicked.connect(self._add_reply)
+        self.prompt.unusable.connect(self._prompt_unusable)
         self._wire_surprisal()
 
     def _wire_surprisal(self) -> None:
@@ -399,8 +401,15 @@ class MainWindow(QMainWindow):
         if sizes[2] < 200:
             self.main.setSizes([sizes[0], max(200, sizes[1] - 260 + sizes[2]), 260])
 
+    def _prompt_unusable(self, why: str) -> None:
+        """The prompt cannot be generated from as it is (chat mode on a model with no chat template…): Generate
+        is off, and its tooltip says why."""
+        self._unusable = why
+        self.generate_button.setToolTip(why or "Generate (Ctrl+Enter)")
+        self._busy(self.playground.busy)
+
     def _busy(self, busy: bool) -> None:
-        can_run = not busy or self.playground.loading_only
+        can_run = (not busy or self.playground.loading_only) and not self._unusable
         self.generate_action.setEnabled(can_run)
         self.generate_button.setEnabled(can_run)
         self.stop_action.setEnabled(busy)

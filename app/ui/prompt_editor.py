@@ -206,6 +206,7 @@ class ChatEditor(QWidget):
 class PromptEditor(QWidget):
     changed = Signal()
     score_wanted = Signal()  # Surprisal is on and the prompt shown has no score yet: build and send a request
+    unusable = Signal(str)  # why the prompt as it is cannot be generated from (no chat template…); "": it can
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -311,6 +312,7 @@ class PromptEditor(QWidget):
     def refresh_count(self) -> None:
         if self.tokenizer is None:
             self.count.setText(SERVER_COUNT if self.server else "load a model to count tokens")
+            self.unusable.emit("")
             return
         r = self.model_text()
         if r is None:
@@ -330,9 +332,12 @@ class PromptEditor(QWidget):
 
     def _show_count(self, r: Rendered) -> None:
         self._slow.stop()
+        self.unusable.emit(r.error or "")
         if r.error is not None:
             self.count.setText(r.error)
+            self.count.setToolTip(r.error)  # a long one is cut at the column's edge
             return
+        self.count.setToolTip(SERVER_COUNT_TIP if self.server else COUNT_TIP)
         self.count.setText(f"{len(r.ids)} tokens")
         if self.show_tokens.isChecked():
             self.boundaries.set_tokens(list(r.ids), [self.tokenizer.token_text(i) for i in r.ids])

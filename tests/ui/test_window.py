@@ -131,6 +131,26 @@ def test_chat_mode_counts_the_templated_prompt(qtbot, window):
     assert window.prompt.chat.turns[1].message().content == "".join(s.text for s in window.playground.steps)
 
 
+def test_chat_mode_on_a_model_without_a_chat_template_turns_generate_off_and_says_why(qtbot, store, tmp_path):
+    from tests.tiny import make_model
+
+    w = MainWindow(settings=store, spec=ModelSpec(str(make_model(tmp_path / "plain", chat=False)), "torch"))
+    qtbot.addWidget(w)
+    w.sessions.ask = lambda: "discard"
+    w.show()
+    qtbot.waitUntil(lambda: w.playground.tokenizer is not None, timeout=RUN_TIMEOUT)
+    assert w.generate_button.isEnabled()
+    w.prompt.tabs.setCurrentIndex(1)
+    w.prompt.chat.turns[0].text.setPlainText("Hi there")
+    qtbot.waitUntil(lambda: not w.generate_button.isEnabled(), timeout=10_000)  # rendered off the UI thread
+    assert "no chat template" in w.generate_button.toolTip() and not w.generate_action.isEnabled()
+    assert "no chat template" in w.prompt.count.toolTip()  # the whole line, where the label is cut
+    w.prompt.tabs.setCurrentIndex(0)
+    qtbot.waitUntil(lambda: w.generate_button.isEnabled(), timeout=10_000)
+    assert "Ctrl+Enter" in w.generate_button.toolTip()
+    w.close()
+
+
 def test_settings_and_prompt_are_remembered(qtbot, tiny_path, store):
     w = MainWindow(settings=store, spec=ModelSpec(str(tiny_path), "torch"))
     qtbot.addWidget(w)
