@@ -94,8 +94,9 @@ class NumpyOps:
         return np.searchsorted(-sorted_desc, -v, side="left")  # ascending after negation: the count of > v
 
     def topk(self, x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        k = min(k, x.shape[0])
-        part = np.argpartition(-x, k - 1)[:k] if k < x.shape[0] else np.arange(x.shape[0])
+        n = x.shape[0]
+        k = min(k, n)
+        part = np.argpartition(x, n - k)[n - k:] if k < n else np.arange(n)  # the k largest, unordered
         idx = part[np.lexsort((part, -x[part]))]  # by value descending, ties by lower id
         return x[idx], idx
 

@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache, partial
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
@@ -172,11 +172,9 @@ class Dist:
     def lse(self) -> Array:
         return self.m + self.log_z
 
-    def entropy(self, rows: Any = ...) -> Array:
-        """The entropy of each row (of those `rows` selects): log z - Σ e (x - m) / z over the tokens with
-        e > 0 (a cut token's 0 × -inf would be NaN)."""
-        e, xm = self.e[rows], self.xm[rows]
-        return self.log_z[rows] - self.ops.sum(e * self.ops.where(e > 0, xm, 0.0), axis=-1) / self.z[rows]
+    def entropy(self) -> Array:
+        """log z - Σ e (x - m) / z, over the tokens with e > 0 (a cut token's 0 × -inf is NaN, counted as 0)."""
+        return self.log_z - self.ops.sum(self.ops.where(self.e > 0, self.e * self.xm, 0.0), axis=-1) / self.z
 
 
 def sample(
@@ -206,7 +204,7 @@ class PendingSample:
     outputs: tuple
     stage_names: tuple[str, ...]
     u: float
-    host_record: Callable[[np.ndarray, np.ndarray], tuple] | None = None  # on numpy, from (token, raw logits)
+    host_record: Callable[..., tuple] | None = None  # the record on numpy, from the step's host outputs
 
     @property
     def token(self) -> Array:  # (1,) int, on the device
@@ -219,7 +217,7 @@ class PendingSample:
             raise NoValidTokenError("the model produced no finite logits (NaN or infinity): try float32")
         token = int(host[0][0])
         if self.host_record is not None:
-            host = list(self.host_record(host[0], host[2]))
+            host = list(self.host_record(*host))
         if len(host) == 2:
             return token
         _, sc, counts, ids, vals, probs, kept, lines, *cumulative = host
@@ -243,27 +241,26 @@ def start_sample(
 ) -> PendingSample:
     """`sample`, without waiting for the device: the history is updated, the host transfer is deferred.
 
-    Where the executor says `host_record` (MLX on a CPU), the device only draws and the record is made on
-    numpy from the same sanitized logits (an output of the device step) once the token is read: numpy's vector
-    maths is many times faster there, and the record's small ops would otherwise each queue behind the next
-    forward.
+    Where the executor says `host_record` (MLX on a CPU), the device runs the pipeline and draws, and the record
+    is made on numpy from the stages' logits it hands over, once the token is read: numpy's vector maths is many
+    times faster there, and the record's small ops would otherwise each queue behind the next forward.
     """
     vocab = int(logits.shape[0])
     top_n = min(top_n, vocab)
     penalties = history is not None and settings.uses_penalties
     mode = (HOST if ops.host_record else RECORD) if record else DRAW
-    step, names, stages = _step_function(ops, _pipeline(settings), vocab, top_n, mode, penalties)
+    step, names = _step_function(ops, _pipeline(settings), vocab, top_n, mode, penalties)
     hist = (history.context, history.generated) if penalties else ()
     # -inf arithmetic is intended (masks); a step with no finite logit is caught in `result`.
     with np.errstate(all="ignore"):
         out = step(logits, ops.f32(u), *hist)
     if penalties:
         *out, history.context, history.generated = out
-    later = partial(_host_record, ops, stages, settings, top_n, hist) if mode == HOST else None
+    later = partial(_host_record, len(names), top_n) if mode == HOST else None
     return PendingSample(ops, tuple(out), names, u, later)
 
 
-DRAW, RECORD, HOST = "draw", "record", "host"  # the device step draws; draws and records; draws, the host records
+DRAW, RECORD, HOST = "draw", "record", "host"  # the device step draws; draws and records; draws for a host record
 
 
 @lru_cache(maxsize=64)
@@ -274,21 +271,21 @@ def _pipeline(settings: SamplerSettings) -> SamplerSettings:
 
 @lru_cache(maxsize=64)
 def _step_function(ops: ArrayOps, settings: SamplerSettings, vocab: int, top_n: int, mode: str,
-                   penalties: bool) -> tuple[Callable[..., tuple], tuple[str, ...], list[Stage]]:
-    """The device step, compiled where the executor can, the names of its stages (penalties first when they
-    apply) and the stages (made once per settings, not per step)."""
+                   penalties: bool) -> tuple[Callable[..., tuple], tuple[str, ...]]:
+    """The device step, compiled where the executor can (its stages made once per settings, not per step), and
+    the names of its stages (penalties first when they apply)."""
     stages = make_stages(settings, vocab)
 
     def step(logits: Array, u: Array, *hist: Array) -> tuple:
         return _device_step(ops, stages, settings, top_n, mode, logits, u, *hist)
 
     names = ("penalties",) * penalties + tuple(name for name, _ in stages)
-    return ops.compile(step), names, stages
+    return ops.compile(step), names
 
 
 def _device_step(ops, stages, s, top_n, mode, logits, u, *hist) -> tuple:  # noqa: ANN001
     """Everything on the device and nothing on the host: pipeline, draw, history update, and the record (RECORD)
-    or the sanitized logits the host makes it from (HOST)."""
+    or what the host makes it from (HOST)."""
     raw = sanitize(ops, logits)
     cuts = _run_stages(ops, stages, s, raw, *hist)
     rows = _rows(ops, raw, cuts) if mode == RECORD else Dist(ops, cuts[-1].x)
@@ -300,16 +297,31 @@ def _device_step(ops, stages, s, top_n, mode, logits, u, *hist) -> tuple:  # noq
     bumped = tuple(bump(ops, h, tok) for h in hist)
     if mode == RECORD:
         return (*_record(ops, raw, cuts, rows, tok, top_n), *bumped)
-    lse = ops.stack([rows.lse])  # (1,): `result` checks it is finite
-    return (tok, lse, raw, *bumped) if mode == HOST else (tok, lse, *bumped)
+    if mode == HOST:
+        return (tok, *_cut_arrays(ops, raw, cuts, rows.lse), *bumped)
+    return (tok, ops.stack([rows.lse]), *bumped)  # lse (1,): `result` checks it is finite
 
 
-def _host_record(ops, stages, s, top_n, hist, tok, raw) -> tuple:  # noqa: ANN001
-    """`_device_step`'s record on numpy, around the token the device drew from the same sanitized logits."""
-    host = [NUMPY.f32(ops.numpy(h)) for h in hist]
+def _cut_arrays(ops: ArrayOps, raw: Array, cuts: list[Cut], lse: Array) -> tuple:
+    """What the host's record needs of the pipeline, which it then does not run again: (2S+1,) each stage's line
+    and mass (NaN: none) and the final lse; (S+1, V) the sanitized logits and each stage's output; top-p's order
+    as (2, V). A handful of arrays the device has computed anyway, read in one transfer each."""
+    small = ops.stack([*(NAN if c.line is None else c.line for c in cuts),
+                       *(NAN if c.mass is None else c.mass for c in cuts), lse])
+    orders = tuple(ops.stack(list(c.order)) for c in cuts if c.order is not None)
+    return (small, ops.stack([raw, *(c.x for c in cuts)]), *orders)
+
+
+def _host_record(stages: int, top_n: int, tok: np.ndarray, small: np.ndarray, x: np.ndarray,
+                 *orders: np.ndarray) -> tuple:
+    """`_device_step`'s record on numpy, from the `_cut_arrays` of the step that drew `tok`."""
+    values, orders = small.tolist(), iter(orders)  # Python floats: cheaper to test than numpy scalars
+    lines, masses = values[:stages], values[stages:-1]
+    cuts = [Cut(x[i + 1], line=None if math.isnan(line) else np.float32(line),
+                mass=None if math.isnan(mass) else mass, order=None if math.isnan(mass) else tuple(next(orders)))
+            for i, (line, mass) in enumerate(zip(lines, masses, strict=True))]
     with np.errstate(all="ignore"):
-        cuts = _run_stages(NUMPY, stages, s, raw, *host)
-        return _record(NUMPY, raw, cuts, _rows(NUMPY, raw, cuts), tok.astype(np.int64), top_n)
+        return _record(NUMPY, x[0], cuts, Dist(NUMPY, x), tok.astype(np.int64), top_n)
 
 
 def _run_stages(ops, stages, s, raw, *hist) -> list[Cut]:  # noqa: ANN001
@@ -340,11 +352,10 @@ def _record(ops, raw, cuts, rows, tok, top_n) -> tuple:  # noqa: ANN001
     cumulative = [_cumulative(ops, c, rows.x[i], ids) for i, c in enumerate(cuts) if c.order is not None]
     raw_tok = ops.take(raw, tok)
     rank = ops.sum(raw > raw_tok) + ops.sum((raw == raw_tok) & (ops.arange(vocab) < tok))
-    entropy, lse = rows.entropy(slice(None, None, last)), rows.lse  # entropy of rows 0 and S (raw, final)
-    scalars = ops.stack([
-        ops.f32(tok[0]), ops.take(rows.e[last], tok)[0] / rows.z[last],
-        ops.take(rows.xm[0], tok)[0] - rows.log_z[0], ops.f32(rank), entropy[0], entropy[1], lse[0], lse[last],
-    ])
+    logp = rows.xm[:, tok][:, 0] - rows.log_z  # (S+1,) the token's log-probability in each row
+    entropy, lse = rows.entropy(), rows.lse  # (S+1,) each: every row at once costs fewer calls than picking two
+    scalars = ops.stack([ops.f32(tok[0]), ops.exp(logp[last]), logp[0], ops.f32(rank), entropy[0], entropy[last],
+                         lse[0], lse[last]])
     return (tok, scalars, counts, top_ids, top_vals, probs, kept, lines, *cumulative)
 
 

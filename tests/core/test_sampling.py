@@ -392,3 +392,64 @@ def test_penalties_keep_the_step_in_float32():
     s = SamplerSettings(temperature=0.5, frequency_penalty=-2.0, presence_penalty=-2.0)
     out = draw(np.array([0.0, 88.0], dtype=np.float32), s, 0.0, history=History.start(NUMPY, 2, []))
     assert out.token == 1 and out.prob == 1.0
+
+
+# --- the record against its definitions, on random logits and settings ----------------------------------------
+
+def log_softmax64(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    m = x[np.isfinite(x)].max()
+    return x - m - np.log(np.exp(x - m).sum())
+
+
+def entropy64(x: np.ndarray) -> float:
+    lp = log_softmax64(x)
+    p = np.exp(lp)
+    return float(-(p[p > 0] * lp[p > 0]).sum())
+
+
+ordinary = st.one_of(st.floats(-20, 20, width=32), st.sampled_from([-np.inf, 0.0, 3.0]))  # -inf and ties
+record_settings = st.builds(
+    SamplerSettings,
+    temperature=st.sampled_from([0.0, 0.3, 0.8, 1.0, 1.7]), top_k=st.integers(0, 40),
+    top_p=st.sampled_from([0.2, 0.6, 0.95, 1.0]), min_p=st.sampled_from([0.0, 0.02, 0.3]),
+    repetition_penalty=st.sampled_from([1.0, 1.4]), presence_penalty=st.sampled_from([0.0, 0.8]),
+    order=st.sampled_from(list(StageOrder)),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(logits=st.lists(ordinary, min_size=2, max_size=300), s=record_settings, u=st.floats(0, 1, exclude_max=True),
+       seen=st.lists(st.integers(0, 299), max_size=6), top_n=st.integers(1, 30))
+def test_the_record_is_each_stage_s_softmax_at_the_top_raw_ids(logits, s, u, seen, top_n):
+    """Every number of the record, against its definition computed directly (in float64) from each stage's logits:
+    the one-pass record (all rows normalized together, probabilities gathered at the ids) changes nothing."""
+    x = np.asarray(logits, dtype=np.float32)
+    if not np.isfinite(x).any():
+        return
+    h = lambda: History.start(NUMPY, len(x), [t for t in seen if t < len(x)])
+    out = draw(x, s, u, history=h(), top_n=top_n)
+    xs = stage_logits(x, s, h() if s.uses_penalties else None)
+    order = top_p_order(x)  # the raw order: value descending, ties to the lower id
+    n = min(top_n, len(x))
+    k = min(256, len(x))
+    assert out.top_ids.tolist() == order[:k].tolist() and out.top_logits.tolist() == x[order[:k]].tolist()
+    ids = order[:n]
+    assert out.rank == int(np.flatnonzero(order == out.token)[0])
+    for row, xi in enumerate(xs):
+        np.testing.assert_allclose(out.probs[row], np.exp(log_softmax64(xi))[ids], rtol=1e-5, atol=1e-8)
+    for i, name in enumerate(out.stage_names):
+        assert out.kept[i].tolist() == np.isfinite(xs[i + 1][ids]).tolist()
+        assert out.kept_counts[i] == np.isfinite(xs[i + 1]).sum()
+        p_in = np.exp(log_softmax64(xs[i]))
+        want = {"top_k": np.sort(p_in)[-s.top_k] if name == "top_k" else 0, "min_p": s.min_p * p_in.max(),
+                "top_p": s.top_p}.get(name, math.nan)
+        np.testing.assert_allclose(out.thresholds[i], want, rtol=1e-5)
+        if name == "top_p":
+            mass = np.cumsum(p_in[top_p_order(xs[i])])[np.argsort(top_p_order(xs[i]))]
+            np.testing.assert_allclose(out.top_p_cumulative, mass[ids], rtol=1e-5, atol=1e-7)
+    assert out.raw_logprob == pytest.approx(log_softmax64(x)[out.token], rel=1e-5, abs=1e-5)
+    assert out.prob == pytest.approx(np.exp(log_softmax64(xs[-1])[out.token]), rel=1e-5)
+    assert out.raw_lse == pytest.approx(float(np.logaddexp.reduce(x.astype(np.float64))), rel=1e-6, abs=1e-5)
+    assert out.entropy == pytest.approx(entropy64(x), rel=1e-4, abs=2e-5)
+    assert out.final_entropy == pytest.approx(entropy64(xs[-1]), rel=1e-4, abs=2e-5)
