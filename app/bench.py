@@ -199,7 +199,7 @@ def parser() -> argparse.ArgumentParser:
                    "(default)")
     p.add_argument("--random", choices=sorted(RANDOM_CONFIGS), help="bench a random-weight Llama of this size")
     p.add_argument("--backend", choices=["auto", "mlx", "torch", "remote"], default="auto",
-                   help="auto: MLX on Apple Silicon, else torch (default)")
+                   help="auto: MLX on Apple Silicon, else torch (torch for a .gguf; default)")
     p.add_argument("--base-url", help="remote: an OpenAI-compatible server; reports tokens/s at concurrency 1, 4, 16")
     p.add_argument("--api-key-env", metavar="VAR", help="remote: read the API key from this environment variable")
     p.add_argument("--device", choices=["cuda", "mps", "cpu"], help="torch device (default: best available)")

@@ -27,7 +27,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="builtin", help="a local folder, a hub id (owner/name), or 'builtin' "
                    "(remote: the server's model name; 'builtin': the one it serves)")
     p.add_argument("--backend", choices=["auto", "mlx", "torch", "remote"], default="auto",
-                   help="auto: MLX on Apple Silicon, else torch; remote: an OpenAI-compatible server (--base-url)")
+                   help="auto: MLX on Apple Silicon, else torch (torch for a .gguf); remote: an OpenAI-compatible "
+                        "server (--base-url)")
     add_remote_args(p)
     p.add_argument("--device", choices=["cuda", "mps", "cpu"], help="torch device (default: best available)")
     p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], help="default: float32 on a CPU; on a "

@@ -14,7 +14,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from app.core.events import Failed, Finished, Request
+from app.core.events import Finished, Request
 from app.core.models import ModelSpec
 from app.core.remote_run import load_remote, run_remote
 from app.core.secrets import api_key
@@ -97,7 +97,7 @@ def _batch(model: RemoteModel, spec: ModelSpec, prompt: str, settings: SamplerSe
     events = list(run_remote(model, request, threading.Event()))
     wall = time.perf_counter() - t0
     ends = [e for e in events if isinstance(e, Finished)]
-    errors = [e.message for e in events if isinstance(e, Failed)]
+    errors = [e.message for e in ends if e.reason == "error"]
     if errors:
         raise RemoteError(f"{len(errors)} of {c} requests failed at concurrency {c}, the first: {errors[0]}")
     tokens = sum(e.metrics.generated_tokens for e in ends)

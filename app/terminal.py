@@ -2,7 +2,7 @@
 
 A request of n samples streams JSON lines as they come (each with its `sequence`); as text it prints the
 samples one after another, each once it is complete. Ctrl+C cancels the run (it still ends with its summary);
-a `Failed` event exits 1 with its one line.
+a `Failed` event, or a sample that ends in error (its tokens kept, its trace saved), exits 1 with its one line.
 """
 
 from __future__ import annotations
@@ -92,7 +92,8 @@ def stream_to_terminal(request: Request, json_out: bool = False, trace_path: str
 
 
 def _finished(ev: Finished, request: Request, text: str, json_out: bool, live: bool, trace_path: str | None) -> bool:
-    """Print the end of one sample and save its trace; False if the trace could not be written."""
+    """Print the end of one sample and save its trace; False if the sample ended in error or the trace could
+    not be written."""
     if json_out:
         _line(summary(ev, text), sys.stdout)
     elif live:
@@ -103,6 +104,8 @@ def _finished(ev: Finished, request: Request, text: str, json_out: bool, live: b
     sys.stdout.flush()
     label = f"sample {ev.sequence + 1}: " if request.n > 1 else ""
     print(f"{label}[{ev.reason}] {ev.metrics.line()}", file=sys.stderr)
+    if ev.message:
+        print(f"logitlab: error: {label}{ev.message}", file=sys.stderr)
     if trace_path and ev.trace is not None:
         path = trace_paths(trace_path, request.n)[ev.sequence]
         try:
@@ -110,4 +113,4 @@ def _finished(ev: Finished, request: Request, text: str, json_out: bool, live: b
         except OSError as e:
             print(f"logitlab: error: cannot write the trace: {e.strerror}: {path}", file=sys.stderr)
             return False
-    return True
+    return ev.reason != "error"

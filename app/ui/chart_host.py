@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from app.ui.playground import Playground
 
 
+EMPTY = "no step yet: press Generate"  # the step chart's note while nothing is shown
 SERIES = {"both": "p + entropy", "prob": "p(drawn)", "entropy": "entropy"}  # what the timeline draws
 
 

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import QToolTip, QWidget
 from app.core.branches import uncertain_steps
 from app.core.events import Step
 from app.core.trace import Sample, StepTrace
+from app.ui.chart_host import EMPTY
 from app.ui.token_view import DIVERGED, visible
 
 pg.setConfigOptions(antialias=False, useNumba=False)  # where pyqtgraph is first imported
@@ -188,7 +189,7 @@ class StepChart(ThemedPlot):
         self.scene().sigMouseMoved.connect(self._hover)
         self._ticks: list = []
         self._legend: list[tuple[object, str]] = []
-        self.clear_step("no step yet: press Generate")  # an empty state, not an empty axis with a stray line
+        self.clear_step(EMPTY)  # an empty state, not an empty axis with a stray line
 
     def changeEvent(self, e: QEvent) -> None:  # noqa: N802 - Qt override
         super().changeEvent(e)

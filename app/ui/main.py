@@ -55,11 +55,12 @@ def run_window(spec: ModelSpec, settings: SamplerSettings, prompt: str | None = 
         window.sampler.lock.setChecked(settings.seed is not None or window.sampler.lock.isChecked())
     if prompt is not None:
         window.prompt.set_prompt(prompt)
-    window.show()
     if trace is not None:
         window.sampler.set_settings(trace.settings)
         window.prompt.set_prompt(trace.prompt_text)
-        window.playground.open_run(trace)
+    window.show()
+    if trace is not None:  # drawn after the first paint: drawing a run builds the charts (pyqtgraph's import)
+        QTimer.singleShot(0, lambda: window.playground.open_run(trace))
     if screenshot:
         return _screenshot(app, window, screenshot, run=trace is None)
     return app.exec()

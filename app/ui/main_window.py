@@ -303,7 +303,7 @@ class MainWindow(QMainWindow):
         self.stop_button.clicked.connect(pg.stop)
         self.open_action.triggered.connect(self.model_bar.browse)
         self.model_bar.load_requested.connect(self.load)
-        self.model_bar.folders_changed.connect(lambda folders: self.store.set("model_folders", folders))
+        self.model_bar.folders_changed.connect(self._folders_changed)
         for view in (self.output, self.step_panel, self.timeline, self.metrics, self.model_card, self.branches):
             view.bind(pg)  # each view follows the view-model itself; the window only composes
         for view in (self.output, self.step_panel):
@@ -315,6 +315,7 @@ class MainWindow(QMainWindow):
         pg.loading.connect(self.model_bar.show_progress)
         pg.loaded.connect(self._loaded)
         pg.failed.connect(self._failed)
+        pg.run_error.connect(self.banner.show_message)
         pg.opt_in_needed.connect(self._opt_in_needed)
         pg.run_started.connect(lambda _request: self.reply_button.hide())
         pg.cleared.connect(self.reply_button.hide)
@@ -400,6 +401,11 @@ class MainWindow(QMainWindow):
         sizes = self.main.sizes()
         if sizes[2] < 200:
             self.main.setSizes([sizes[0], max(200, sizes[1] - 260 + sizes[2]), 260])
+
+    def _folders_changed(self, folders: list[str]) -> None:
+        """Kept on disk at once: a folder the user added must not wait for a clean exit."""
+        self.store.set("model_folders", folders)
+        self.store.save()
 
     def _prompt_unusable(self, why: str) -> None:
         """The prompt cannot be generated from as it is (chat mode on a model with no chat template…): Generate
@@ -505,11 +511,11 @@ class MainWindow(QMainWindow):
         elif not narrow and self._card_width is not None:
             card, self._card_width = self._card_width, None
             if sizes[2] == 0:  # once the splitter has its new width (it is laid out after this event)
-                QTimer.singleShot(0, lambda: self._unfold(card))
+                QTimer.singleShot(0, self, lambda: self._unfold(card))
 
     def _unfold(self, card: int) -> None:
         left, center, right = self.main.sizes()
-        if right == 0:
+        if right == 0 and self.width() >= NARROW:  # (narrowed again before this ran: it stays folded)
             self.main.setSizes([left, max(1, center - card), card])
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override

@@ -39,6 +39,10 @@ class ElidedLabel(QLabel):
         super().__init__(text, parent)
         self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
 
+    def setText(self, text: str) -> None:  # noqa: N802 - Qt override
+        super().setText(text)
+        self.setToolTip(text)  # the whole of what may be cut
+
     def paintEvent(self, _event: object) -> None:  # noqa: N802 - Qt override
         painter = QPainter(self)
         painter.setPen(self.palette().color(self.foregroundRole()))
@@ -52,7 +56,8 @@ class ModelBar(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.backend = QComboBox(toolTip="Which framework runs the model; auto: MLX on Apple Silicon, else torch")
+        self.backend = QComboBox(toolTip="Which framework runs the model; auto: MLX on Apple Silicon, else "
+                                                 "torch (and torch for a .gguf file)")
         self.backend.addItem("auto", "auto")
         for name in ("mlx", "torch", "remote"):
             self.backend.addItem(name, name)
@@ -87,7 +92,8 @@ class ModelBar(QWidget):
         self.apple: bool | None = None  # whether "auto" resolves as on Apple Silicon; None: this machine's platform
         self.backend.currentIndexChanged.connect(self._show_backend_fields)
         self.model.currentTextChanged.connect(self._show_engine_fields)  # auto: torch for a .gguf file
-        self.opt_ins: dict[str, list[str]] = {}  # per model: LoadOptions flags the user allowed
+        self.opt_ins: dict[str, list[str]] = {}  # per model: LoadOptions flags the user allowed (remembered)
+        self.cli_opt_ins: dict[str, list[str]] = {}  # what the command line allowed: this session only
         self.recent: list[str] = []
         self.base_options = LoadOptions()  # what the bar has no field for (--compile's length) comes from here
         self.folders: list[str] = []  # folders of models the picker lists (the user's, kept in the preferences)
@@ -120,7 +126,7 @@ class ModelBar(QWidget):
         if self.is_remote():
             return ModelSpec(source=source, backend="remote", base_url=self.remote.base_url(),
                              concurrency=self.remote.concurrency.value())
-        allowed = self.opt_ins.get(source, [])
+        allowed = self.opt_ins.get(source, []) + self.cli_opt_ins.get(source, [])
         opts = dataclasses.replace(self.base_options, device=self.device.currentData(), dtype=self.dtype.currentData(),
                                    quantize_bits=self.quantize.currentData(), threads=self.threads.value() or None,
                                    trust_remote_code="trust_remote_code" in allowed,
@@ -139,6 +145,7 @@ class ModelBar(QWidget):
             box.setCurrentIndex(max(0, box.findData(value)) if value is not None else 0)  # 0: auto / full precision
         self.threads.setValue(o.threads or 0)  # 0 reads "threads: auto"
         self.base_options = LoadOptions(compile_len=o.compile_len, fast=o.fast)
+        self.cli_opt_ins = {spec.source: [f for f in ("trust_remote_code", "allow_pickle") if getattr(o, f)]}
         if spec.base_url:
             self.remote.url.setText(spec.base_url)
             self.remote.concurrency.setValue(spec.concurrency)
@@ -233,4 +240,3 @@ class ModelBar(QWidget):
         self._download_start = None
         self.progress.hide()
         self.status.setText(text)
-        self.status.setToolTip(text)

@@ -36,8 +36,8 @@ class MetricsStrip(QWidget):
         row = QHBoxLayout(self)
         row.setContentsMargins(4, 0, 4, 0)
         self.values: dict[str, QLabel] = {}
-        for key, name, tip in self.FIELDS:
-            label = QLabel(f"{name}: —", toolTip=tip)
+        for key, _, tip in self.FIELDS:
+            label = QLabel(toolTip=tip)
             label.setObjectName(f"metric_{key}")
             self.values[key] = label
             row.addWidget(label)
@@ -46,6 +46,7 @@ class MetricsStrip(QWidget):
         # the figures are cut at the window's edge rather than widening a small window
         self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self._prompt_tokens = self._reused = 0
+        self.clear()
 
     def _set(self, key: str, text: str) -> None:
         name = next(n for k, n, _ in self.FIELDS if k == key)

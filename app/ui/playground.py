@@ -44,7 +44,8 @@ class Playground(QObject):
     preview_changed = Signal(object, object)  # Sample (or None), StepTrace it re-samples
     finished = Signal(object)  # Finished, of the run shown
     scored = Signal(object)  # Scored: the prompt's own token log-probabilities
-    failed = Signal(str)
+    failed = Signal(str)  # a request failed (a load, a run that could not start): a line a person can act on
+    run_error = Signal(str)  # the run shown ended in error, its tokens kept (a server cut its stream…): why
     opt_in_needed = Signal(str, str)  # message, the LoadOptions flag that would allow it
     busy_changed = Signal(bool)
     session_replaced = Signal()  # another whole session was opened (or a new, empty one begun)
@@ -147,8 +148,6 @@ class Playground(QObject):
         self._follow.stop()
         self.finished.emit(run.finished)
         self.show_step()
-        if run.finished.message:
-            self.failed.emit(run.finished.message)
 
     def open_session(self, session: Session, shown: int | None = None) -> bool:
         """Replace the session by `session` (finished runs, as `session_file.to_session` makes them) and show run
@@ -177,7 +176,7 @@ class Playground(QObject):
         self.finished.emit(run.finished)
         self.show_step()
         if run.finished.message:
-            self.failed.emit(run.finished.message)
+            self.run_error.emit(run.finished.message)
 
     # branches -----------------------------------------------------------------------------------------------
     def show_run(self, run_id: int) -> None:
@@ -395,7 +394,7 @@ class Playground(QObject):
                 self.finished.emit(ev)
                 self.show_step()
                 if ev.message:  # a run that ended in error says why (its tokens stay shown)
-                    self.failed.emit(ev.message)
+                    self.run_error.emit(ev.message)
         elif isinstance(ev, Scored):
             self.scored.emit(ev)
         elif isinstance(ev, Failed):

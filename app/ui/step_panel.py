@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QLabel, QMenu, QSizePolicy, QVBoxLayout, QWidget
 
 from app.core.sampling import Sample
 from app.core.trace import StepTrace
-from app.ui.chart_host import ChartHost
+from app.ui.chart_host import EMPTY, ChartHost
 from app.ui.token_view import visible
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ class StepPanel(QWidget):
 
     def bind(self, pg: Playground) -> None:
         pg.run_started.connect(lambda _request: self.clear())
-        pg.cleared.connect(lambda: self.clear("no step yet: press Generate"))
+        pg.cleared.connect(lambda: self.clear(EMPTY))
         pg.step_shown.connect(self.show_step)
         pg.preview_changed.connect(self.preview)
 

@@ -492,3 +492,18 @@ def test_a_key_from_the_environment_wins_and_an_empty_one_is_named(monkeypatch):
     monkeypatch.setenv("LOGITLAB_KEY", "")
     with pytest.raises(MissingKeyError, match="LOGITLAB_KEY holds no API key"):
         api_key("http://x/v1", "LOGITLAB_KEY")
+
+
+def test_cli_a_run_the_server_cuts_keeps_its_tokens_and_exits_1(capsys, tmp_path):
+    from app.cli import main
+
+    with fake_server(stream_tokens(3, then=lambda h: h.cut())) as srv:
+        code = main(["generate", "--backend", "remote", "--base-url", srv.url, "--model", "fake-model", "--prompt",
+                     "x", "--max-tokens", "10", "--trace", str(tmp_path / "t.jsonl")])
+        out, err = capsys.readouterr()
+        assert code == 1 and out == "w0w1w2\n"
+        assert "logitlab: error: " in err and "after 3 tokens" in err
+        assert [s.text for s in RunTrace.load(tmp_path / "t.jsonl").steps] == ["w0", "w1", "w2"]
+        assert main(["bench", "--backend", "remote", "--base-url", srv.url, "--model", "fake-model", "--tokens", "4",
+                     "--prompt-tokens", "8", "--repeat", "1"]) == 1
+        assert "requests failed" in capsys.readouterr().err

@@ -74,7 +74,7 @@ def test_a_run_cut_by_the_server_keeps_its_tokens_and_says_why(qtbot, store):
         w.show()
         qtbot.waitUntil(lambda: w.playground.info is not None, timeout=RUN_TIMEOUT)
         messages = []
-        w.playground.failed.connect(messages.append)
+        w.playground.run_error.connect(messages.append)
         runs = []
         for _ in range(2):
             with qtbot.waitSignal(w.playground.finished, timeout=RUN_TIMEOUT) as got:
@@ -87,6 +87,8 @@ def test_a_run_cut_by_the_server_keeps_its_tokens_and_says_why(qtbot, store):
     assert all(len(c.getData()[0] if c.getData()[0] is not None else []) == 0 for c in (w.timeline.prob,
                w.timeline.entropy))  # neither p(drawn) nor entropy was reported: no curve (not zeros)
     w.banner.hide()
+    status = w.model_bar.status.text()
     w.playground.show_run(runs[0].run_id)
     assert len(messages) == 3 and not w.banner.isHidden() and w.output.text.toPlainText() == "w0w1w2"
+    assert status and w.model_bar.status.text() == status  # the model is still loaded: its status stays
     w.close()

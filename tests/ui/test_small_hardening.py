@@ -56,7 +56,8 @@ def test_a_folder_added_in_the_picker_is_listed_by_the_next_windows_picker(qtbot
     picker = window.model_bar.make_picker(cache_dir=str(tmp_path / "no-cache"))
     qtbot.addWidget(picker)
     picker.open_folder(str(folder))  # what "Open folder…" calls with the folder chosen
-    assert Preferences(store).get("model_folders") == [str(folder)]  # kept at once, not only at a clean exit
+    on_disk = QSettings(store.fileName(), QSettings.Format.IniFormat)  # another reader of the file
+    assert Preferences(on_disk).get("model_folders") == [str(folder)]  # kept at once, not only at a clean exit
     again = MainWindow(settings=store, spec=ModelSpec(str(tiny_path), "torch"))  # the next start
     qtbot.addWidget(again)
     listed = again.model_bar.make_picker(cache_dir=str(tmp_path / "no-cache"))
@@ -160,3 +161,17 @@ def test_with_a_model_on_a_server_the_editor_says_why_there_is_no_count_or_surpr
     bar.set_source(str(tiny_path))
     bar.load_button.click()
     qtbot.waitUntil(lambda: window.prompt.count.text().endswith(" tokens"), timeout=RUN_TIMEOUT)
+
+
+def test_trust_remote_code_on_the_command_line_reaches_the_window_s_load_for_this_session_only(qtbot, store,
+                                                                                             tiny_path: Path):
+    spec = ModelSpec(str(tiny_path), "torch", options=LoadOptions(trust_remote_code=True, allow_pickle=True))
+    w = MainWindow(settings=store, spec=spec)
+    qtbot.addWidget(w)
+    opts = w.model_bar.spec().options
+    assert opts.trust_remote_code and opts.allow_pickle  # the flags the user typed are the load's
+    assert w.model_bar.opt_ins.get(str(tiny_path)) is None  # and not remembered as the window's allowances
+    w.model_bar.set_source("some/other-model")
+    assert not w.model_bar.spec().options.trust_remote_code  # for the model named with them only
+    w.sessions.ask = lambda: "discard"
+    w.close()

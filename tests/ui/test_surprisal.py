@@ -9,9 +9,9 @@ import math
 from dataclasses import replace
 
 import pytest
-from PySide6.QtCore import QPoint, Qt
-from PySide6.QtGui import QTextCursor
-from PySide6.QtWidgets import QToolTip
+from PySide6.QtCore import QEvent, QPoint, QPointF, Qt
+from PySide6.QtGui import QMouseEvent, QTextCursor
+from PySide6.QtWidgets import QApplication, QToolTip
 
 from app.core.events import Request, Scored
 from app.ui.main_window import MainWindow
@@ -78,10 +78,13 @@ def test_hovering_a_token_shows_its_probability_rank_and_the_models_alternatives
     cur = QTextCursor(view.document())
     cur.setPosition(view._starts[i])
     rect = view.cursorRect(cur)
-    qtbot.mouseMove(view.viewport(), rect.topLeft() + QPoint(3, rect.height() // 2))
-    # (a tooltip of where the pointer was before may show first, on a busy machine: wait for this token's)
-    qtbot.waitUntil(lambda: QToolTip.isVisible() and QToolTip.text() == view.span_tooltip(i))
+    at = rect.topLeft() + QPoint(3, rect.height() // 2)
+    move = QMouseEvent(QEvent.Type.MouseMove, QPointF(at), QPointF(view.viewport().mapToGlobal(at)),
+                       Qt.MouseButton.NoButton, Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier)
+    QApplication.sendEvent(view.viewport(), move)  # handled now: no pointer, no timer, no machine load involved
+    assert QToolTip.isVisible()
     tip = QToolTip.text()
+    assert tip == view.span_tooltip(i)
     lp = float(s.logprobs[i])
     assert f"p = <b>{format_prob(math.exp(lp))}</b>" in tip and f"log p = {format_logprob(lp)}" in tip
     best, best_lp = int(s.top_ids[i][0]), float(s.top_logprobs[i][0])
