@@ -8,8 +8,9 @@ import tempfile
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-# The user's own folders stay untouched: settings, presets, sessions and autosaves go to a folder of the test
-# run's (platformdirs reads these on every call; the HF cache is left alone, tests make their models).
+# The user's own folders stay untouched on Linux (CI): settings, presets, sessions and autosaves go to folders of
+# the test run's (platformdirs reads XDG_* on every call there; on macOS it does not). The HF cache is left
+# alone: tests make their models.
 os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="logitlab-tests-config-")
 os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="logitlab-tests-data-")
 os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="logitlab-tests-state-")
