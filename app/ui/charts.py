@@ -114,7 +114,7 @@ class StageLine:
 
     def show(self, probs_in: np.ndarray | None, threshold: float) -> bool:
         """Draw the stage's input (N,) and its line; hide both when the stage did not run. True if shown."""
-        shown = probs_in is not None and math.isfinite(threshold)
+        shown = probs_in is not None and math.isfinite(threshold) and threshold > 0  # a line at 0 cuts nothing
         if shown:
             x = np.repeat(np.arange(len(probs_in), dtype=float), 2) + np.tile([-0.42, 0.42], len(probs_in))
             self.marks.setData(x, np.repeat(finite(probs_in.astype(np.float64)), 2), connect="pairs")

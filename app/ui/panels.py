@@ -68,7 +68,8 @@ class MetricsStrip(QWidget):
         """`reused`: prompt tokens an earlier run's KV cache held, not prefilled again (as `Metrics` counts)."""
         self._prompt_tokens = prompt_tokens
         self._reused = reused
-        self._set("prefill", f"{rate(prompt_tokens - reused, prefill_s):.0f} tok/s" if prefill_s > 0 else "—")
+        prefilled = prefill_s > 0 and prompt_tokens > reused  # every prompt token reused: nothing prefilled
+        self._set("prefill", f"{rate(prompt_tokens - reused, prefill_s):.0f} tok/s" if prefilled else "—")
 
     def live(self, tokens: int, tokens_per_s: float, ttft_s: float | None, kv_bytes: int) -> None:
         if ttft_s is not None:

@@ -265,3 +265,11 @@ def test_a_window_widened_from_900_px_gives_the_room_to_the_charts_and_the_side_
     window.resize(1600, 1000)
     qtbot.waitUntil(lambda: window.main.sizes()[2] >= 200, timeout=5_000)  # the branch tree and model card
     assert window.main.sizes()[0] == left  # the prompt column kept its width: the charts took the rest
+
+
+def test_greedy_names_its_cut_once_and_draws_no_line_that_cuts_nothing(chart):
+    s, texts = record(SamplerSettings(temperature=0.0, top_k=12))  # after greedy, top-k's k-th probability is 0
+    chart.show_sample(s, texts)
+    assert not chart.stage_lines["top_k"].line.isVisible()
+    assert [t for t in legend(chart) if t.startswith("cut by")] == ["cut by greedy"]
+    assert "greedy" in chart.bar_tip(1) and "cut by" not in chart.bar_tip(0)
