@@ -172,9 +172,12 @@ class Dist:
     def lse(self) -> Array:
         return self.m + self.log_z
 
-    def entropy(self) -> Array:
-        """log z - Σ e (x - m) / z, over the tokens with e > 0 (a cut token's 0 × -inf is NaN, counted as 0)."""
-        return self.log_z - self.ops.sum(self.ops.where(self.e > 0, self.e * self.xm, 0.0), axis=-1) / self.z
+    def entropy(self, rows: slice | None = None) -> Array:
+        """log z - Σ e (x - m) / z over the tokens with e > 0, of each row (or of the `rows` a slice picks, a view).
+        A cut token's x - m is -inf: it is zeroed before the product (0 × -inf is NaN, and slow to make)."""
+        e, xm, z, log_z = (self.e, self.xm, self.z, self.log_z) if rows is None else (
+            self.e[rows], self.xm[rows], self.z[rows], self.log_z[rows])
+        return log_z - self.ops.sum(e * self.ops.where(e > 0, xm, 0.0), axis=-1) / z
 
 
 def sample(
@@ -353,8 +356,8 @@ def _record(ops, raw, cuts, rows, tok, top_n) -> tuple:  # noqa: ANN001
     raw_tok = ops.take(raw, tok)
     rank = ops.sum(raw > raw_tok) + ops.sum((raw == raw_tok) & (ops.arange(vocab) < tok))
     logp = rows.xm[:, tok][:, 0] - rows.log_z  # (S+1,) the token's log-probability in each row
-    entropy, lse = rows.entropy(), rows.lse  # (S+1,) each: every row at once costs fewer calls than picking two
-    scalars = ops.stack([ops.f32(tok[0]), ops.exp(logp[last]), logp[0], ops.f32(rank), entropy[0], entropy[last],
+    entropy, lse = rows.entropy(slice(None, None, last)), rows.lse  # rows 0 and S (raw, final) only: a view
+    scalars = ops.stack([ops.f32(tok[0]), ops.exp(logp[last]), logp[0], ops.f32(rank), entropy[0], entropy[1],
                          lse[0], lse[last]])
     return (tok, scalars, counts, top_ids, top_vals, probs, kept, lines, *cumulative)
 
