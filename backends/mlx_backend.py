@@ -34,7 +34,9 @@ class MlxOps:
     def __init__(self, stream: Any = None) -> None:
         self.stream = stream if stream is not None else mx.default_stream(mx.default_device())
         # On the CPU build numpy's vector maths is far faster (exp: ~35x) and each small MLX op is a task
-        # queued behind the forward: the device only draws, the trace's record is made on numpy.
+        # queued behind the forward: the device runs the pipeline and draws, and hands its stage rows to the
+        # host, which makes the trace's record on numpy. On a GPU stream the whole step, record included, is one
+        # compiled graph on the device.
         self.host_record = self.stream.device == mx.cpu
 
     def f32(self, x: Any) -> mx.array:
