@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtGui import QAction, QKeySequence, QPainter, QPaintEvent, QPalette
 from PySide6.QtWidgets import QAbstractItemView, QMenu, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
 
 from app.core.session import Run
@@ -57,10 +57,24 @@ def _own_text(run: Run) -> str:
     return visible(own).strip() or ("…" if run.running else "(no text)")
 
 
+class _Tree(QTreeWidget):
+    """A tree that says what will appear in it while it is empty."""
+
+    PLACEHOLDER = "Each run appears here. Right-click a token of the output, or click a bar of the chart, to branch."
+
+    def paintEvent(self, e: QPaintEvent) -> None:  # noqa: N802 - Qt override
+        super().paintEvent(e)
+        if self.topLevelItemCount() == 0:
+            painter = QPainter(self.viewport())
+            painter.setPen(self.palette().color(QPalette.ColorGroup.Disabled, QPalette.ColorRole.Text))
+            flags = int(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft) | int(Qt.TextFlag.TextWordWrap)
+            painter.drawText(self.viewport().rect().adjusted(8, 8, -8, -8), flags, self.PLACEHOLDER)
+
+
 class BranchTree(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.tree = QTreeWidget()
+        self.tree = _Tree()
         self.tree.setHeaderHidden(True)
         self.tree.setColumnCount(1)
         self.tree.setEditTriggers(QAbstractItemView.EditTrigger.DoubleClicked
