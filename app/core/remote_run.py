@@ -284,7 +284,7 @@ def _finish(request: Request, run: _Run, reason: FinishReason, streamed: bool | 
     m = run.clock.metrics(run.prompt_tokens, 0)
     metrics = replace(m, prefill_s=m.ttft_s) if streamed is not False else replace(
         m, prefill_s=0.0, decode_s=0.0, itl_mean_s=0.0, itl_p95_s=0.0)
-    run.trace.finish_reason, run.trace.metrics = reason, metrics
+    run.trace.finish_reason, run.trace.metrics, run.trace.finish_message = reason, metrics, message
     return Finished(request.id, reason, metrics, run.trace, run.id, run.sequence, message)
 
 

@@ -175,7 +175,8 @@ def _finish(run: Run, trace: RunTrace, name: str) -> None:
     run.prefilled = Prefilled(run.request.id, tuple(trace.prompt_ids), trace.prompt_text, trace.seed,
                               metrics.prefill_s, metrics.reused_tokens)
     run.steps = list(trace.steps)
-    run.finished = Finished(run.request.id, trace.finish_reason or "length", metrics, trace, run.id)
+    run.finished = Finished(run.request.id, trace.finish_reason or "length", metrics, trace, run.id,
+                            message=trace.finish_message)
     run.name = name
 
 

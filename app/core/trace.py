@@ -280,6 +280,7 @@ class RunTrace:
     parent: tuple[int, int] | None = None  # (run id, step) this run branched from
     model: dict[str, str] | None = None  # name, backend, source
     finish_reason: str | None = None
+    finish_message: str = ""  # for "error": why (a server cut the stream…), as `Finished.message` said it
     metrics: Metrics | None = None
     prompt_text: str = ""  # what the model saw (the chat template applied)
     branch: str = ""  # how it left its parent: "fork" (its step parent[1] forced), "regenerate", "replay"

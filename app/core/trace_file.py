@@ -47,7 +47,8 @@ def to_lines(run: RunTrace) -> Iterator[dict[str, Any]]:
     for st in run.steps:
         yield _step_line(st)
     yield {"end": True, "steps": len(run.steps), "finish_reason": run.finish_reason,
-           "metrics": asdict(run.metrics) if run.metrics is not None else None}
+           "metrics": asdict(run.metrics) if run.metrics is not None else None,
+           **({"finish_message": run.finish_message} if run.finish_message else {})}
 
 def from_lines(lines: Iterable[str | bytes], name: str = "<trace>") -> RunTrace:
     """The trace in `lines` (a file's lines, UTF-8 bytes or text); `name` names it in error messages."""
@@ -77,6 +78,7 @@ def from_lines(lines: Iterable[str | bytes], name: str = "<trace>") -> RunTrace:
     if footer is None:
         raise TraceFormatError(f"{name}:{number + 1}: the file ends before the trace's last line (truncated)")
     run.finish_reason, run.metrics = footer["finish_reason"], footer["metrics"]
+    run.finish_message = footer["finish_message"]
     return run
 
 
@@ -99,7 +101,10 @@ def _footer(run: RunTrace, obj: dict[str, Any]) -> dict[str, Any]:
     reason = obj["finish_reason"]
     if reason is not None and not isinstance(reason, str):
         raise TypeError(f"finish_reason must be text, got {reason!r}")
-    return {"finish_reason": reason,
+    message = obj.get("finish_message", "")  # (absent: files of before it was written, and runs without error)
+    if not isinstance(message, str):
+        raise TypeError(f"finish_message must be text, got {message!r}")
+    return {"finish_reason": reason, "finish_message": message,
             "metrics": Metrics(**{k: v for k, v in m.items() if k in known}) if m is not None else None}
 
 

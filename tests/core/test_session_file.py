@@ -233,3 +233,16 @@ def test_bytes_that_are_not_utf8_are_a_format_error(tmp_path: Path):
     path.write_bytes((lines[0] + "\n").encode() + b"\xff\xfe\n")
     with pytest.raises(SessionFormatError, match=rf"^{path}:2: damaged"):
         load(path)
+
+
+def test_a_run_that_ended_in_error_keeps_its_tokens_and_its_reason_when_saved_and_reopened(tmp_path: Path):
+    session = Session()
+    trace = make_run(steps=3)
+    trace.finish_reason, trace.finish_message = "error", "the server closed the connection mid-stream"
+    rid = add_run(session, trace)
+    session.get(rid).finished = Finished(1, "error", Metrics(), trace, rid, message=trace.finish_message)
+    save(make_doc(session, [rid, rid]), tmp_path / "s.jsonl")
+    reopened = to_session(load(tmp_path / "s.jsonl"))[0]
+    (run,) = reopened.runs.values()
+    assert run.finished.reason == "error" and run.finished.message == "the server closed the connection mid-stream"
+    assert len(run.steps) == len(trace.steps)
