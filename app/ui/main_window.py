@@ -269,7 +269,7 @@ class MainWindow(QMainWindow):
         tb.addLayout(head)
         tb.addWidget(self.timeline, 1)
         self.center = self._splitter(Qt.Orientation.Vertical, "center", self.output, self.step_panel, timeline_box)
-        self.center.setSizes([300, 340, 180])
+        self.center.setSizes([260, 320, 220])  # a small window still gives the timeline a readable height
         self.main = self._splitter(Qt.Orientation.Horizontal, "main", self.left, self.center, self._layout_side())
         self.main.setSizes([360, 760, SIDE])
         self.main.setStretchFactor(1, 1)  # a wider window widens the charts, not the prompt or the side column
