@@ -273,8 +273,6 @@ class MainWindow(QMainWindow):
         self.main = self._splitter(Qt.Orientation.Horizontal, "main", self.left, self.center, self._layout_side())
         self.main.setSizes([360, 760, SIDE])
         self.main.setStretchFactor(1, 1)  # a wider window widens the charts, not the prompt or the side column
-        self.main.setStretchFactor(0, 0)
-        self.main.setStretchFactor(2, 0)
         self.main.setCollapsible(2, True)  # the model card gives way first in a small window (drag it back)
         self._card_width: int | None = None  # its width before a narrow window folded it away
         root = QWidget()

@@ -57,7 +57,7 @@ class ModelBar(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.backend = QComboBox(toolTip="Which framework runs the model; auto: MLX on Apple Silicon, else "
-                                                 "torch (and torch for a .gguf file)")
+                                 "torch (and torch for a .gguf file)")
         self.backend.addItem("auto", "auto")
         for name in ("mlx", "torch", "remote"):
             self.backend.addItem(name, name)
