@@ -20,7 +20,7 @@ from app.core.branches import uncertain_steps
 from app.core.events import Step
 from app.core.trace import Sample, StepTrace
 from app.ui.chart_host import EMPTY
-from app.ui.token_view import DIVERGED, visible
+from app.ui.token_view import DIVERGED, format_prob, visible
 
 pg.setConfigOptions(antialias=False, useNumba=False)  # where pyqtgraph is first imported
 
@@ -44,7 +44,7 @@ def _label(text: str, limit: int = MAX_LABEL) -> str:
 
 def _p(probs: np.ndarray | None, i: int) -> str:
     v = float(probs[i]) if probs is not None else math.nan
-    return "?" if math.isnan(v) else f"{v:.3f}" if v >= 0.001 else f"{v:.1e}"
+    return "?" if math.isnan(v) else format_prob(v)
 
 
 def _why(s: Sample, stage: str) -> str:

@@ -17,6 +17,7 @@ from app.core.settings import SamplerSettings, StageOrder
 from app.core.trace import Sample
 from app.ui.charts import CUT_BY, RAW, StepChart
 from app.ui.main_window import MainWindow
+from app.ui.token_view import format_prob
 from backends.ops import NUMPY
 
 FILTERS = SamplerSettings(temperature=0.5, top_k=12, top_p=0.8, min_p=0.3)  # T ≠ 1 with every filter on
@@ -67,7 +68,7 @@ def assert_draws_the_record(chart: StepChart, s: Sample, texts: tuple[str, ...])
     assert [t for t in legend(chart) if t.startswith("cut by")] == names
     for i, c in enumerate(cut):  # and its tooltip says which stage cut it, and why, with the record's threshold
         tip = chart.bar_tip(i)
-        assert f"model (raw) {s.raw_probs[i]:.3f}" in tip or f"{s.raw_probs[i]:.1e}" in tip
+        assert f"model (raw) {format_prob(s.raw_probs[i])} → sampled from {format_prob(s.final_probs[i])}" in tip
         if c is None:
             assert "cut by" not in tip
         else:
