@@ -477,7 +477,7 @@ class TimelineChart(ThemedPlot):
         if not 0 <= step < self.n:
             return ""
         p, h = float(self._p[step]), float(self._h[step])
-        return (f"step {step} · p(drawn) {'?' if math.isnan(p) else f'{p:.3f}'} · entropy "
+        return (f"step {step} · p(drawn) {'?' if math.isnan(p) else format_prob(p)} · entropy "
                 f"{'?' if math.isnan(h) else f'{h:.2f}'} nats — click to select")
 
     def _hover(self, pos: object) -> None:
