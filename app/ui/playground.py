@@ -24,6 +24,7 @@ from app.core.sampling import Sample
 from app.core.session import Run, Session
 from app.core.settings import MAX_SEED, SamplerSettings
 from app.core.trace import RunTrace, StepTrace
+from app.ui.collector import collect_on_ui_thread
 
 FRAME_MS = 16
 TOP_N = 20  # candidates each step records for the charts
@@ -55,6 +56,7 @@ class Playground(QObject):
 
     def __init__(self, parent: QObject | None = None, worker: ModelThread | None = None) -> None:
         super().__init__(parent)
+        collect_on_ui_thread()  # a model thread must never collect (and so destroy) Qt objects: app/ui/collector.py
         self.worker = worker or ModelThread()  # anything with its interface (benchmarks feed synthetic runs)
         self.tokenizer = None  # the loaded model's tokenizer (thread-safe, pure CPU): for counting tokens
         self.info = None
