@@ -144,7 +144,7 @@ CUT_BRUSH = {name: pg.mkBrush(c) for name, c in CUT_BY.items()}
 
 class StepChart(ThemedPlot):
     """Top-N candidates of one step, drawn from its record and nothing else: the raw and the final probabilities
-    side by side, what each stage cut (labelled), the drawn token outlined, top-p's running mass and line, and
+    side by side, what each stage cut (in its colour), the drawn token outlined, top-p's running mass and line, and
     the top-k / min-p lines over the probabilities those stages received. A partial record (a server's) shows
     only the probabilities it reported."""
 
@@ -202,7 +202,7 @@ class StepChart(ThemedPlot):
         for line in self.grid:
             line.setPen(pg.mkPen(grid))
         base = self.palette().color(QPalette.ColorRole.Base)
-        base.setAlpha(215)  # over the cut labels and the curve, and still readable
+        base.setAlpha(215)  # over the bars and the curve, and still readable
         self.legend.setBrush(pg.mkBrush(base))
         self.legend.setLabelTextColor(self.palette().color(QPalette.ColorRole.Text))
 
@@ -229,7 +229,7 @@ class StepChart(ThemedPlot):
         self.shown = None
 
     def _hide_stages(self, note: str) -> None:
-        """No running mass, no lines, no cut labels; `note` in their place."""
+        """No running mass, no lines; `note` in their place."""
         self.cumulative.setData([], [])
         self.top_p_line.setVisible(False)
         for stage in self.stage_lines.values():
@@ -333,8 +333,8 @@ class StepChart(ThemedPlot):
 
 class TimelineChart(ThemedPlot):
     """Chosen-token probability (left axis, an area) and entropy (right axis, a line) per step, both or either
-    (`chart_host.SERIES`); click to select a step. The
-    most uncertain steps (`uncertain_steps`) carry a mark: clicking one asks to fork there with the runner-up.
+    (`chart_host.SERIES`); click to select a step. The most uncertain steps (`uncertain_steps`) carry a mark:
+    clicking one asks to fork there with the runner-up.
     Bound to the view-model through its host (`chart_host.TimelineHost.bind`)."""
 
     step_clicked = Signal(int)
@@ -352,9 +352,8 @@ class TimelineChart(ThemedPlot):
         # a long run is drawn as one min-max pair per pixel column (pyqtgraph's default keeps ~5 samples per pixel:
         # a 10,000-step curve cost ~8 ms a repaint); the curves' values are made finite before they are set
         thin = {"autoDownsampleFactor": 1.0, "skipFiniteCheck": True}
-        shade = QColor(FINAL)
-        shade.setAlpha(45)  # p(drawn) is an area, entropy a line: the two read apart where they cross
-        self.prob = pg.PlotDataItem(pen=pg.mkPen(FINAL, width=1), fillLevel=0, brush=shade, **thin)
+        # p(drawn) is an area, entropy a line: the two read apart where they cross
+        self.prob = pg.PlotDataItem(pen=pg.mkPen(FINAL, width=1), fillLevel=0, brush=_faded(FINAL, 45), **thin)
         self.addItem(self.prob)
         self.vb2 = pg.ViewBox()
         pi.scene().addItem(self.vb2)

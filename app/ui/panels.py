@@ -68,8 +68,7 @@ class MetricsStrip(QWidget):
         """`reused`: prompt tokens an earlier run's KV cache held, not prefilled again (as `Metrics` counts)."""
         self._prompt_tokens = prompt_tokens
         self._reused = reused
-        prefilled = prefill_s > 0 and prompt_tokens > reused  # every prompt token reused: nothing prefilled
-        self._set("prefill", f"{rate(prompt_tokens - reused, prefill_s):.0f} tok/s" if prefilled else "—")
+        self._set("prefill", _prefill(prompt_tokens, reused, prefill_s))
 
     def live(self, tokens: int, tokens_per_s: float, ttft_s: float | None, kv_bytes: int) -> None:
         if ttft_s is not None:
@@ -82,8 +81,7 @@ class MetricsStrip(QWidget):
         self._set("ttft", f"{m.ttft_s * 1000:.0f} ms")
         decoded = m.decode_s > 0  # one token, or a server's whole answer: no decode speed was measured
         self._set("rate", f"{m.decode_tokens_per_s:.1f} tok/s" if decoded else "—")
-        prefilled = m.prefill_s > 0 and m.prompt_tokens > m.reused_tokens  # 0: a server's (in its TTFT)
-        self._set("prefill", f"{m.prefill_tokens_per_s:.0f} tok/s" if prefilled else "—")
+        self._set("prefill", _prefill(m.prompt_tokens, m.reused_tokens, m.prefill_s))
         self._set("tokens", f"{m.prompt_tokens}{_cached(m.reused_tokens)} + {m.generated_tokens}")
         self._set("itl", f"{m.itl_mean_s * 1000:.1f} ms ({m.itl_p95_s * 1000:.1f})" if decoded else "—")
         self._set("kv", human_bytes(m.kv_cache_bytes))
@@ -131,6 +129,13 @@ class ModelCard(QWidget):
 def _device(i: ModelInfo) -> str:
     """The device, and the CPU threads a torch model's ops run on (the bar's threads box, or the backend's rule)."""
     return f"{i.device} · threads {i.threads}" if i.threads else i.device
+
+
+def _prefill(prompt_tokens: int, reused: int, seconds: float) -> str:
+    """The prefill's speed, or a dash where none was measured: every prompt token reused from the KV cache, or a
+    server's prefill (hidden in its time to first token)."""
+    done = prompt_tokens - reused
+    return f"{rate(done, seconds):.0f} tok/s" if seconds > 0 and done > 0 else "—"
 
 
 def _cached(reused: int) -> str:

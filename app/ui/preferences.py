@@ -47,7 +47,7 @@ SCHEMA: tuple[Pref, ...] = (
     Pref("opt_ins", dict[str, list[str]], {}),  # model source -> the LoadOptions flags the user allowed for it
     Pref("remote/base_url", str, ""),  # the last server's URL (its API key stays in the keychain: app/core/secrets)
     Pref("remote/concurrency", int, 4),  # its requests at once
-    Pref("timeline/series", str, "both"),  # what the run timeline draws: both, prob or entropy (charts.SERIES)
+    Pref("timeline/series", str, "both"),  # what the run timeline draws: both, prob or entropy (chart_host.SERIES)
 )
 PREFS = {p.name: p for p in SCHEMA}
 

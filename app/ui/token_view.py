@@ -145,10 +145,10 @@ class TokenText(TokenSpans):
         self._end_format.setFontItalic(True)
         self.clear_run()
 
-    def _format(self, shade: int) -> QTextCharFormat:
+    def _format(self, level: int) -> QTextCharFormat:
         """A token's look at one of the shades the exports use too (red, unlikely, to green, likely)."""
         f = QTextCharFormat()
-        f.setBackground(QColor(*shade_rgba(shade)))
+        f.setBackground(QColor(*shade_rgba(level)))
         return f
 
     def clear_run(self) -> None:
@@ -362,9 +362,9 @@ class SurprisalText(TokenSpans):
         self.score: PromptScore | None = None
         self._text_of: Callable[[int], str] = str
 
-    def _format(self, shade: int) -> QTextCharFormat:
+    def _format(self, level: int) -> QTextCharFormat:
         f = QTextCharFormat()
-        f.setBackground(surprise_color(shade / (SHADES - 1)))
+        f.setBackground(surprise_color(level / (SHADES - 1)))
         return f
 
     def show_score(self, score: PromptScore, token_text: Callable[[int], str]) -> None:
