@@ -8,6 +8,7 @@ then load with `weights_only=True`; `trust_remote_code` is passed explicitly (Fa
 from __future__ import annotations
 
 import copy
+import inspect
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -134,6 +135,12 @@ def pick_dtype(requested: str | None, device: torch.device) -> torch.dtype:
     return torch.float16 if device.type == "mps" else torch.float32
 
 
+def cache_argument(model: Any) -> str:
+    """The name under which this transformers takes the KV cache: `cache` from 5.x's rename on (where
+    `past_key_values` is deprecated), `past_key_values` before it."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 class TorchModel:
     """transformers' model behind the backend interface; Llama-family models run the lean `FastLlama` forward.
 
@@ -146,6 +153,7 @@ class TorchModel:
         self.model, self.tokenizer, self.info, self.device = model, tokenizer, info, device
         self.fast = FastLlama(model, options.compile_len) if options.fast and supports(model) else None
         self.ops = NUMPY if device.type == "cpu" else TorchOps(device)
+        self._cache_arg = cache_argument(model)
 
     def new_cache(self) -> Any:
         from transformers import DynamicCache
@@ -160,7 +168,7 @@ class TorchModel:
             ids = torch.as_tensor(tokens, dtype=torch.long, device=self.device)
             check_forward(ids.shape, positions)
             check_rows(_rows(cache), ids.shape[0])
-            out = self.model(input_ids=ids, past_key_values=cache, use_cache=True,
+            out = self.model(input_ids=ids, **{self._cache_arg: cache}, use_cache=True,
                              logits_to_keep=0 if positions == "all" else 1)
             logits = out.logits.float() if positions == "all" else out.logits[:, -1].float()
         return logits.numpy() if self.ops is NUMPY else logits

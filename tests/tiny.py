@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from backends import installed
+
+LOCAL_BACKENDS = tuple(b for b in ("mlx", "torch") if installed(b))  # what this install can open a folder with
+
 CORPUS = [
     "def add(a, b):\n    return a + b\n",
     "The quick brown fox jumps over the lazy dog. " * 3,
@@ -32,26 +36,38 @@ def make_tokenizer(vocab_size: int = 384):
 
 
 def make_model(path: Path, *, chat: bool = False, seed: int = 0, hidden: int = 64, layers: int = 2) -> Path:
-    """Save a random Llama (float32 safetensors) and its tokenizer to `path`."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    """Save a random Llama (float32 safetensors, numpy's seeded draws: no framework needed, so a torch-only and an
+    mlx-only install make the same model) and its tokenizer to `path`."""
+    import numpy as np
+    from safetensors.numpy import save_file
+    from transformers import LlamaConfig
 
     tok = make_tokenizer()
     if chat:
         tok.chat_template = CHAT_TEMPLATE
-    torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, tie_word_embeddings=False,
+        architectures=["LlamaForCausalLM"], torch_dtype="float32",
     )
-    model = LlamaForCausalLM(config)
-    with torch.no_grad():  # larger weights than the default init: distributions with some shape
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.normal_(0, 0.2)
+    kv = hidden // config.num_attention_heads * config.num_key_value_heads
+    shapes = {"model.embed_tokens.weight": (len(tok), hidden), "model.norm.weight": (hidden,),
+              "lm_head.weight": (len(tok), hidden)}
+    for i in range(layers):
+        at, mlp = f"model.layers.{i}.self_attn.", f"model.layers.{i}.mlp."
+        shapes.update({at + "q_proj.weight": (hidden, hidden), at + "k_proj.weight": (kv, hidden),
+                       at + "v_proj.weight": (kv, hidden), at + "o_proj.weight": (hidden, hidden),
+                       mlp + "gate_proj.weight": (hidden * 2, hidden), mlp + "up_proj.weight": (hidden * 2, hidden),
+                       mlp + "down_proj.weight": (hidden, hidden * 2),
+                       f"model.layers.{i}.input_layernorm.weight": (hidden,),
+                       f"model.layers.{i}.post_attention_layernorm.weight": (hidden,)})
+    rng = np.random.default_rng(seed)  # larger weights than transformers' init: distributions with some shape
+    weights = {name: (rng.normal(0, 0.2, shape) if len(shape) == 2 else np.ones(shape)).astype(np.float32)
+               for name, shape in shapes.items()}
     path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(path, safe_serialization=True)
+    save_file(weights, str(path / "model.safetensors"), metadata={"format": "pt"})
+    config.save_pretrained(path)
     tok.save_pretrained(path)
     return path
 

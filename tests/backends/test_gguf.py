@@ -24,6 +24,7 @@ from app.core.settings import SamplerSettings
 from backends.base import LoadOptions, ModelLoadError
 from backends.gguf import GGML_TYPES, TRANSFORMERS_TYPES, read_gguf
 from tests.backends.test_model_files import ENV, place_in_hf_cache
+from tests.tiny import LOCAL_BACKENDS
 
 gguf = pytest.importorskip("gguf")
 CPU32 = LoadOptions(device="cpu", dtype="float32")
@@ -295,7 +296,7 @@ def test_a_users_folder_lists_gguf_files_and_model_folders_three_levels_down(ggu
     entries = scan_folder(tmp_path / "lmstudio")
     assert [(e.label, e.backends) for e in entries] == [
         ("someone/Tiny-GGUF/tiny-q8_0.gguf", ("torch",)),
-        ("", ("mlx", "torch")),
+        ("", LOCAL_BACKENDS),
     ]
     assert entries[1].source == str(tmp_path / "lmstudio" / "tiny-llama")
 
