@@ -34,6 +34,41 @@ DIM_WORDS = {"layers": "number of layers", "heads": "number of attention heads",
 REQUIRED = ("layers", "hidden", "vocab")  # every decoder has these; a framework would silently use a default
 
 
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _token_ids(v: Any) -> bool:
+    return (type(v) is int and v >= 0) or (isinstance(v, list) and all(type(x) is int and x >= 0 for x in v))
+
+
+def _texts(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+# The other fields the frameworks read before any weight, each with the JSON type it must have where given (null:
+# the framework's default), checked before the dimensions so that the message names the field that is wrong.
+FIELDS: dict[str, tuple[Any, str]] = {
+    "model_type": (lambda v: isinstance(v, str), 'text, the architecture\'s name (such as "llama")'),
+    "architectures": (_texts, "a list of class names"),
+    "auto_map": (lambda v: isinstance(v, dict), "an object"),
+    "quantization": (lambda v: isinstance(v, dict), "an object"),
+    "quantization_config": (lambda v: isinstance(v, dict), "an object"),
+    "torch_dtype": (lambda v: isinstance(v, str), 'text (such as "bfloat16")'),
+    "dtype": (lambda v: isinstance(v, str), 'text (such as "bfloat16")'),
+    "hidden_act": (lambda v: isinstance(v, str), 'text (such as "silu")'),
+    "tie_word_embeddings": (lambda v: isinstance(v, bool), "true or false"),
+    "rope_theta": (_number, "a number"),
+    "rms_norm_eps": (_number, "a number"),
+    "layer_norm_eps": (_number, "a number"),
+    "layer_norm_epsilon": (_number, "a number"),
+    "rope_scaling": (lambda v: isinstance(v, dict), "an object"),
+    "bos_token_id": (_token_ids, "a token id or a list of them"),
+    "eos_token_id": (_token_ids, "a token id or a list of them"),
+    "pad_token_id": (_token_ids, "a token id or a list of them"),
+}
+
+
 @dataclass(frozen=True)
 class ConfigShape:
     """A decoder's dimensions from its config (multimodal configs: their `text_config`); 0 where absent."""
@@ -66,9 +101,11 @@ def read_config(path: Path) -> dict:
     if not f.exists():
         raise ModelLoadError(f"{path} has no config.json: is this a Hugging Face model folder?")
     try:
-        config = json.loads(f.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        config = json.loads(f.read_bytes())
+    except ValueError as e:  # not JSON, not UTF-8
         raise ModelLoadError(f"{f} is not valid JSON ({e})") from e
+    except RecursionError:
+        raise ModelLoadError(f"{f} is not valid JSON (nested too deeply to be read)") from None
     check_config(config, f)
     return config
 
@@ -76,18 +113,37 @@ def read_config(path: Path) -> dict:
 def check_config(config: Any, f: Path) -> None:
     """A decoder's dimensions as the frameworks need them, checked before any of them reads the file: whole
     numbers of at least 1 (layers, hidden size and vocabulary present), heads that divide the hidden size when
-    the head size is derived from it, KV heads that divide the heads. The message names the field and value."""
+    the head size is derived from it, KV heads that divide the heads; the other fields frameworks read (`FIELDS`)
+    of their JSON type. The message names the field and value."""
     if not isinstance(config, dict):
         raise ModelLoadError(f"{f} holds a JSON {_json_kind(config)}, not an object of named settings")
+    _check_fields(config, f, "")
     text, prefix = config, ""
     if config.get("text_config") is not None:  # multimodal: the decoder's own config (its omissions: defaults)
         text, prefix = config["text_config"], "text_config."
         if not isinstance(text, dict):
             raise ModelLoadError(f"{f}: text_config is a JSON {_json_kind(text)}, not an object")
+        _check_fields(text, f, prefix)
     required = REQUIRED if not prefix and "auto_map" not in config else ()  # remote code names its own fields
     for dim in DIMENSIONS:
         _check_dim(text, dim, dim in required, f, prefix)
     _check_ratios(ConfigShape.from_config(config), text, f, prefix)
+
+
+def _check_fields(config: dict[str, Any], f: Path, prefix: str) -> None:
+    for name, (check, kind) in FIELDS.items():
+        value = config.get(name)
+        if value is not None and not check(value):
+            raise ModelLoadError(f"{f}: {prefix}{name} is {_shown(value)}; it must be {kind}")
+
+
+def _shown(value: Any) -> str:
+    """A value from the file as JSON, cut to one short line for a message."""
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (ValueError, RecursionError):
+        text = f"a JSON {_json_kind(value)}"
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 def _check_dim(text: dict[str, Any], dim: str, required: bool, f: Path, prefix: str) -> None:
@@ -100,7 +156,7 @@ def _check_dim(text: dict[str, Any], dim: str, required: bool, f: Path, prefix: 
         return
     value = text[name]
     if type(value) is not int or value < 1:  # bool is an int subclass: `type` refuses it too
-        raise ModelLoadError(f"{f}: {prefix}{name} is {json.dumps(value)}; the {DIM_WORDS[dim]} must be a whole "
+        raise ModelLoadError(f"{f}: {prefix}{name} is {_shown(value)}; the {DIM_WORDS[dim]} must be a whole "
                              "number of at least 1")
 
 
@@ -120,7 +176,8 @@ def _dim(text: dict[str, Any], dim: str) -> int:
 
 
 def _json_kind(value: Any) -> str:
-    return {list: "array", str: "string", bool: "boolean", int: "number", float: "number"}.get(type(value), "null")
+    return {list: "array", str: "string", bool: "boolean", int: "number", float: "number", dict: "object"}.get(
+        type(value), "null")
 
 
 def check_folder(path: Path, options: LoadOptions) -> dict:
@@ -179,7 +236,7 @@ def _wrong_header(f: Path) -> str | None:
         size = int.from_bytes(fh.read(8), "little")
         try:
             header = json.loads(fh.read(size))
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
     if not isinstance(header, dict):
         return f"a JSON {_json_kind(header)} where the object that lists its tensors should be"

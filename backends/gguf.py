@@ -2,8 +2,11 @@
 
 `read_gguf` parses the metadata and the tensor table in pure Python (arrays such as the vocabulary are kept as
 their length only, so a 150k-token header reads in well under a second) and turns a wrong magic, a damaged
-header or a file shorter than its tensors need into one `ModelLoadError` line. No framework imports; loading
-the weights (transformers dequantizes them) is the torch backend's job.
+header (a count, a length or a string past the end of the file, an unknown value type, arrays nested deeper
+than any writer nests them, an alignment that is not a power of two) or a file shorter than its tensors need
+into one `ModelLoadError` line that names the file and what is wrong. Every count is checked against the bytes
+left before it is looped over, so no header makes it read for long. No framework imports; loading the weights
+(transformers dequantizes them) is the torch backend's job.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ REQUIRED = ("block_count", "embedding_length", "attention.head_count")  # a deco
 # Value types of the format: struct code of each fixed-size scalar; 8 is a string, 9 an array.
 SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 STRING, ARRAY = 8, 9
+MAX_NESTING = 8  # arrays of arrays: llama.cpp's writers nest none; a header nesting deeper is damaged
+MAX_DIMS = 4  # GGML_MAX_DIMS
 # ggml tensor types: id -> (name, elements per block, bytes per block), as gguf-py's GGML_QUANT_SIZES
 GGML_TYPES = {
     0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20), 6: ("Q5_0", 32, 22),
@@ -117,9 +122,9 @@ def read_gguf(path: Path) -> GgufFile:
                 return _parse(path, buf)
     except OSError as e:
         raise ModelLoadError(f"cannot read {path}: {e.strerror or e}") from e
-    except (struct.error, ValueError, UnicodeDecodeError, OverflowError) as e:
-        raise ModelLoadError(f"{path.name} has a damaged or truncated header ({path.stat().st_size:,} bytes on "
-                             "disk; an interrupted download?)") from e
+    except _HeaderError as e:
+        raise ModelLoadError(f"{path.name} has a damaged or truncated header: {e} ({path.stat().st_size:,} bytes "
+                             "on disk; an interrupted download?)") from None
 
 
 def check_gguf(path: Path) -> GgufFile:
@@ -135,7 +140,7 @@ def _problem(gguf: GgufFile) -> str | None:
     """Why transformers cannot load this (well-formed) file, or None."""
     name, arch = gguf.path.name, gguf.architecture
     if gguf.model_type is None:
-        return (f"{name} is a {arch!r} model: transformers cannot load GGUF files of that architecture (it reads "
+        return (f"{name} is a {arch!r:.40} model: transformers cannot load GGUF files of that architecture (it reads "
                 f"{', '.join(sorted(TRANSFORMERS_TYPES))})")
     if SPLIT.search(name):
         return (f"{name} is one part of a split GGUF, and transformers loads whole files only: merge the parts "
@@ -145,69 +150,112 @@ def _problem(gguf: GgufFile) -> str | None:
     for key in REQUIRED:
         value = gguf.metadata.get(f"{arch}.{key}")
         if type(value) is not int or value < 1:
-            return f"{name}: {arch}.{key} is {value!r}; it must be a whole number of at least 1"
+            return f"{name}: {arch}.{key} is {value!r:.40}; it must be a whole number of at least 1"
     return None
 
 
+class _HeaderError(ValueError):
+    """What is wrong in a header, in words (read_gguf names the file)."""
+
+
 class _Cursor:
-    """Reads little-endian GGUF values from a buffer; every read is bounds-checked by struct."""
+    """Reads little-endian GGUF values from a buffer, each read checked against the bytes left."""
 
     def __init__(self, buf: Any) -> None:
         self.buf, self.pos = buf, 4
 
-    def scalar(self, code: str) -> Any:
-        (value,) = struct.unpack_from("<" + code, self.buf, self.pos)
-        self.pos += struct.calcsize(code)
-        return value
+    def left(self) -> int:
+        return len(self.buf) - self.pos
 
-    def string(self) -> str:
-        n = self.scalar("Q")
-        if self.pos + n > len(self.buf):
-            raise ValueError("string past the end of the file")
+    def take(self, n: int, what: str) -> int:
+        """Step over n bytes of `what`; the position they start at."""
+        if n > self.left():
+            raise _HeaderError(f"{what} runs past the end of the file")
         self.pos += n
-        return bytes(self.buf[self.pos - n : self.pos]).decode("utf-8")
+        return self.pos - n
 
-    def value(self, vtype: int) -> Any:
+    def scalar(self, code: str, what: str) -> Any:
+        return struct.unpack_from("<" + code, self.buf, self.take(struct.calcsize(code), what))[0]
+
+    def count(self, code: str, each: int, what: str) -> int:
+        """A count of items of at least `each` bytes, no more than the bytes left can hold."""
+        n = self.scalar(code, f"the count of {what}")
+        if n * each > self.left():
+            raise _HeaderError(f"it counts {n:,} {what}, more than its {self.left():,} bytes left can hold")
+        return n
+
+    def string(self, what: str) -> str:
+        n = self.scalar("Q", f"the length of {what}")
+        at = self.take(n, what)
+        try:
+            return bytes(self.buf[at : at + n]).decode("utf-8")
+        except UnicodeDecodeError:
+            raise _HeaderError(f"{what} is not UTF-8 text") from None
+
+    def value(self, vtype: int, what: str, depth: int = 0) -> Any:
         if vtype in SCALARS:
-            return self.scalar(SCALARS[vtype])
+            return self.scalar(SCALARS[vtype], what)
         if vtype == STRING:
-            return self.string()
+            return self.string(what)
         if vtype == ARRAY:
-            return self.skip_array()
-        raise ValueError(f"unknown value type {vtype}")
+            return self.skip_array(what, depth + 1)
+        raise _HeaderError(f"{what} has an unknown value type {vtype}")
 
-    def skip_array(self) -> int:
+    def skip_array(self, what: str, depth: int) -> int:
         """Steps over an array and returns its length (a vocabulary is not needed to list or check a file)."""
-        etype, n = self.scalar("I"), self.scalar("Q")
+        if depth > MAX_NESTING:
+            raise _HeaderError(f"{what} holds arrays nested more than {MAX_NESTING} deep")
+        etype = self.scalar("I", f"the type of {what}'s items")
         if etype in SCALARS:
-            self.pos += n * struct.calcsize(SCALARS[etype])
-        elif etype == STRING:
+            size = struct.calcsize(SCALARS[etype])
+            n = self.count("Q", size, f"items of {what}")
+            self.take(n * size, what)
+        elif etype == STRING:  # a vocabulary: each string stepped over by its length, not decoded
+            n = self.count("Q", 8, f"items of {what}")
+            buf, pos, end = self.buf, self.pos, len(self.buf)
             for _ in range(n):
-                self.pos += 8 + struct.unpack_from("<Q", self.buf, self.pos)[0]
+                if pos + 8 > end:
+                    raise _HeaderError(f"{what} runs past the end of the file")
+                pos += 8 + struct.unpack_from("<Q", buf, pos)[0]
+            self.pos = pos
+            if pos > end:
+                raise _HeaderError(f"{what} runs past the end of the file")
+        elif etype == ARRAY:
+            n = self.count("Q", 12, f"items of {what}")
+            for _ in range(n):
+                self.skip_array(what, depth + 1)
         else:
-            for _ in range(n):
-                self.value(etype)
-        if self.pos > len(self.buf):
-            raise ValueError("array past the end of the file")
+            raise _HeaderError(f"{what} is an array of an unknown value type {etype}")
         return n
 
 
 def _parse(path: Path, buf: Any) -> GgufFile:
     cur = _Cursor(buf)
-    version = cur.scalar("I")
+    version = cur.scalar("I", "the version")
     if version not in (2, 3):
         raise ModelLoadError(f"{path.name} is GGUF version {version}; versions 2 and 3 are supported")
-    n_tensors, n_kv = cur.scalar("Q"), cur.scalar("Q")
+    n_tensors = cur.scalar("Q", "the count of tensors")
+    n_kv = cur.count("Q", 13, "metadata entries")  # at least a key's length, a type and a byte
     metadata = {}
-    for _ in range(n_kv):
-        key = cur.string()
-        metadata[key] = cur.value(cur.scalar("I"))
+    for i in range(n_kv):
+        key = cur.string(f"the key of metadata entry {i}")
+        what = f"metadata {key!r:.60}"
+        metadata[key] = cur.value(cur.scalar("I", f"the type of {what}"), what)
+    if n_tensors * 24 > cur.left():  # each at least a name's length, its dimensions, type and offset
+        raise _HeaderError(f"it counts {n_tensors:,} tensors, more than its {cur.left():,} bytes left can hold")
     tensors = []
-    for _ in range(n_tensors):
-        name = cur.string()
-        shape = tuple(cur.scalar("Q") for _ in range(cur.scalar("I")))
-        tensors.append(GgufTensor(name, shape, cur.scalar("I"), cur.scalar("Q")))
-    align = int(metadata.get("general.alignment", 32))
+    for i in range(n_tensors):
+        name = cur.string(f"the name of tensor {i}")
+        what = f"tensor {name!r:.60}"
+        dims = cur.scalar("I", f"the dimensions of {what}")
+        if dims > MAX_DIMS:
+            raise _HeaderError(f"{what} has {dims:,} dimensions (at most {MAX_DIMS})")
+        shape = tuple(cur.scalar("Q", f"the shape of {what}") for _ in range(dims))
+        tensors.append(GgufTensor(name, shape, cur.scalar("I", f"the type of {what}"),
+                                  cur.scalar("Q", f"the offset of {what}")))
+    align = metadata.get("general.alignment", 32)
+    if type(align) is not int or align < 1 or align & (align - 1):
+        raise _HeaderError(f"general.alignment is {repr(align)[:40]}; it must be a power of two such as 32")
     data_start = -(-cur.pos // align) * align
     _check_length(path, len(buf), data_start, tensors)
     return GgufFile(path, metadata, tuple(tensors))

@@ -158,8 +158,19 @@ def generation_eos_ids(path: Path) -> list[int]:
     f = path / "generation_config.json"
     if not f.exists():
         return []
-    eos = json.loads(f.read_text()).get("eos_token_id")
-    return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+    try:
+        config = json.loads(f.read_text(encoding="utf-8"))
+    except (ValueError, RecursionError, OSError) as e:
+        why = "nested too deeply" if isinstance(e, RecursionError) else _one_line(e)
+        raise ModelLoadError(f"{f}: not readable JSON ({why})") from None
+    eos = config.get("eos_token_id") if isinstance(config, dict) else None
+    if isinstance(eos, int) and not isinstance(eos, bool):
+        return [eos]
+    if isinstance(eos, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in eos):
+        return list(eos)
+    if eos is not None:
+        raise ModelLoadError(f"{f}: eos_token_id must be a token id or a list of them, got {str(eos)[:40]}")
+    return []
 
 
 def _bytes_to_unicode() -> dict[str, int]:

@@ -1,8 +1,10 @@
 """What models the user has and whether they fit: the Hugging Face cache listing and a memory estimate.
 
 Reads config.json, safetensors headers and GGUF headers only (no framework, no tensor loads). Lists model
-folders and `.gguf` files in the HF cache and in folders the user adds. `logitlab models` prints the listing;
-the window's model picker shows the same entries.
+folders and `.gguf` files in the HF cache and in folders the user adds; one that cannot be read or checked (a
+damaged header, a config with a wrong field, a link to a file that is gone) is listed as type "?", loadable by
+no backend, with why (`problem`). `logitlab models` prints the listing, then a line per such problem; the
+window's model picker shows the same entries.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from pathlib import Path
 
 import psutil
 
+from app.core.files import parse_json
 from app.core.models import BUILTIN_LABEL, BUILTIN_NAME, BUILTIN_PATH
 from backends.base import ModelLoadError
-from backends.checks import ConfigShape, read_config, safetensors_header
+from backends.checks import ConfigShape, check_config, read_config, safetensors_header
 from backends.gguf import is_gguf, read_gguf
 from backends.gguf import loadable_by as gguf_loadable_by
 from backends.support import loadable_by
@@ -39,6 +42,7 @@ class ModelEntry:
     backends: tuple[str, ...]
     quantization: str | None
     label: str = ""  # a shorter name than `source` where there is one (a GGUF file: repo/file.gguf)
+    problem: str = ""  # why no backend can load it (a damaged file, a wrong config field); "" where none
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,8 @@ def _quant_label(config: dict) -> str | None:
     q = config.get("quantization") or config.get("quantization_config")
     if not q:
         return None
+    if not isinstance(q, dict):  # (check_config names it)
+        return "quantized"
     if "bits" in q:
         return f"{q['bits']}-bit, group {q.get('group_size', '?')}"
     return str(q.get("quant_method", "quantized"))
@@ -121,24 +127,30 @@ def scan_cache(cache_dir: str | Path | None = None) -> list[ModelEntry]:
 
 
 def folder_entry(folder: Path, source: str, size: int) -> ModelEntry | None:
-    """A model folder (one with a readable config.json), or None."""
+    """A model folder (one whose config.json is a JSON object), or None; a config with a wrong field is listed
+    loadable by no backend, with the field named."""
+    f = folder / "config.json"
     try:
-        config = json.loads((folder / "config.json").read_text())
+        config = parse_json(f.read_bytes())
     except (OSError, ValueError):
         return None
     if not isinstance(config, dict):
         return None
+    try:
+        check_config(config, f)
+    except ModelLoadError as e:
+        return ModelEntry(source, str(folder), size, "?", (), None, problem=str(e))
     return ModelEntry(source, str(folder), size, str(config.get("model_type", "?")), tuple(loadable_by(config)),
                       _quant_label(config))
 
 
 def gguf_entry(path: Path, label: str = "") -> ModelEntry:
-    """A .gguf file; one that cannot be read is listed as type '?' and loadable by no backend."""
-    size = path.stat().st_size
+    """A .gguf file; one that cannot be read is listed as type '?', loadable by no backend, with why."""
+    size = _size(path)
     try:
-        gguf = read_gguf(path)
-    except ModelLoadError:
-        return ModelEntry(str(path), str(path), size, "?", (), None, label)
+        gguf = read_gguf(path)  # a link to a file that is gone: "cannot read …: No such file or directory"
+    except ModelLoadError as e:
+        return ModelEntry(str(path), str(path), size, "?", (), None, label, str(e))
     return ModelEntry(str(path), str(path), size, gguf.model_type or gguf.architecture,
                       tuple(gguf_loadable_by(gguf)), f"GGUF {gguf.weight_type}", label)
 
@@ -150,12 +162,20 @@ def scan_folder(folder: str | Path) -> list[ModelEntry]:
         path = Path(here)
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and len(path.relative_to(root).parts) < FOLDER_DEPTH)
         if "config.json" in files:
-            size = sum((path / f).stat().st_size for f in files)
+            size = sum(_size(path / f) for f in files)
             entry = folder_entry(path, str(path), size)
             out += [entry] if entry else []
         out += [gguf_entry(path / f, str((path / f).relative_to(root))) for f in sorted(files)
                 if f.lower().endswith(".gguf")]
     return out
+
+
+def _size(path: Path) -> int:
+    """A file's size; 0 where it cannot be read (a link to a file that is gone)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def main(argv: list[str]) -> int:
@@ -182,6 +202,9 @@ def main(argv: list[str]) -> int:
     if len(entries) == 1:
         print(f"\nNo models in the Hugging Face cache{' or those folders' if args.folder else ''} yet. Open a local "
               "folder or .gguf file, or give a hub id to download one.")
+    for e in entries:
+        if e.problem:
+            print(f"logitlab models: {e.source} cannot be loaded: {e.problem}", file=sys.stderr)
     return 0
 
 

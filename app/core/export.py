@@ -2,6 +2,10 @@
 shaded by the probability it was drawn with (the output view's colours), the steps as CSV (a row per step or a
 row per candidate). Pure text and colour maths: no Qt; the JSON Lines trace is `RunTrace.save`; files are written
 by `app.core.files.write_atomic`.
+
+In a CSV a number the record does not hold (None, or NaN: not observed) is an empty cell, and an infinite one (the
+log-probability of a token of probability 0, or what a server's nonsense overflows to) is `inf` or `-inf`, as
+Python's float(), pandas and numpy read it back.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import math
 from collections.abc import Iterable
 
 from app.core.settings import SamplerSettings
-from app.core.trace import RunTrace, StepTrace
+from app.core.trace import RunTrace, StepTrace, model_id
 
 SHADES = 20  # the output view shades a token with one of this many colours, by its probability
 ALPHA = 120  # of the shading, over 255: translucent, so text stays readable
@@ -72,9 +76,11 @@ def _about(run: RunTrace) -> list[tuple[str, str]]:
 
 def _title(step: StepTrace) -> str:
     s = step.sample
-    p = "not recorded" if s.prob is None else f"{s.prob:.4g}"
+    p, kind = step.drawn_prob
+    shown = "not recorded" if p is None else f"{p:.4g}" + (" under the model" if kind == "model" else "")
     rank = "" if s.rank is None else f" · rank {s.rank}"
-    return f"step {step.step} · token {s.token} · p = {p}{rank}"
+    token = "" if model_id(s.token) is None else f" · token {s.token}"
+    return f"step {step.step}{token} · p = {shown}{rank}"
 
 
 def token_spans(run: RunTrace) -> str:
@@ -83,7 +89,7 @@ def token_spans(run: RunTrace) -> str:
     for st in run.steps:
         if not st.text:
             continue
-        level = shade(st.prob)
+        level = shade(st.drawn_prob[0])  # a server's run: the model's probability (its sampling not observed)
         style = "" if level is None else f' style="background-color: {css_color(level)}"'
         out.append(f'<span title="{html.escape(_title(st))}"{style}>{html.escape(st.text, quote=False)}</span>')
     return "".join(out)
@@ -136,7 +142,8 @@ def _csv(header: tuple[str, ...], rows: Iterable[tuple[object, ...]]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow(header)
-    w.writerows(tuple("" if v is None else v for v in row) for row in rows)
+    w.writerows(tuple("" if v is None or (isinstance(v, float) and math.isnan(v)) else v for v in row)
+                for row in rows)
     return buf.getvalue()
 
 
@@ -144,11 +151,20 @@ def _log(p: float | None) -> float | None:
     return None if p is None else math.log(p) if p > 0 else float("-inf")
 
 
+def _exp(lp: float | None) -> float | None:
+    """e to the `lp`, infinite past the largest float (a log-probability a server got wrong)."""
+    try:
+        return None if lp is None else math.exp(lp)
+    except OverflowError:
+        return math.inf
+
+
 def steps_csv(run: RunTrace) -> str:
     """A row per step: the drawn token, its final and raw probabilities, rank, entropies, uniform, time."""
-    return _csv(STEP_COLUMNS, ((st.step, st.token_id, st.text, st.prob, _log(st.prob), st.raw_prob,
-                                st.sample.raw_logprob, st.sample.rank, st.sample.entropy, st.sample.final_entropy,
-                                st.sample.u, st.seconds) for st in run.steps))
+    return _csv(STEP_COLUMNS, ((st.step, model_id(st.token_id), st.text, st.prob, _log(st.prob),
+                                _exp(st.sample.raw_logprob), st.sample.raw_logprob, st.sample.rank,
+                                st.sample.entropy, st.sample.final_entropy, st.sample.u, st.seconds)
+                               for st in run.steps))
 
 
 def candidates_csv(run: RunTrace) -> str:
@@ -160,6 +176,6 @@ def candidates_csv(run: RunTrace) -> str:
             raw, final = s.raw_probs, s.final_probs
             for i, text in enumerate(st.top_texts):
                 tid = int(s.top_ids[i])
-                yield (st.step, i, tid, text, None if raw is None else float(raw[i]),
+                yield (st.step, i, model_id(tid), text, None if raw is None else float(raw[i]),
                        None if final is None else float(final[i]), st.cut_by(i), int(tid == s.token))
     return _csv(CANDIDATE_COLUMNS, rows())

@@ -1,16 +1,58 @@
 """Files a user keeps (traces, sessions, presets, exports) are written atomically: to a temporary file beside the
-target, flushed and fsynced, then renamed over it, so a reader sees the old file or the whole new one. One
-implementation for every writer; what goes in the file is the caller's. Each kind of file starts with a header
-naming its format and version, checked by `check_header` when read.
+target, flushed and fsynced, then renamed over it, so a reader sees the old file or the whole new one. Only a
+regular file is ever replaced: a symbolic link's target is written (the link stays), and a path that is not a
+regular file (a device such as /dev/null, a FIFO, a socket) is written in place. One implementation for every
+writer; what goes in the file is the caller's. Each kind of file starts with a header naming its format and
+version, checked by `check_header` when read; `parse_json` is every reader's JSON parser.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
+import stat
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
+
+MISSING = object()  # read_field's default: the field is required
+
+
+def parse_json(data: str | bytes) -> Any:
+    """`data` as JSON. Anything else raises ValueError with one line saying what: text that is not UTF-8 or not
+    JSON, and JSON nested too deeply for this Python to read (json raises RecursionError there)."""
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError("nested too deeply to be read") from None
+
+
+def read_field(obj: dict[str, Any], key: str, check: Callable[[Any], bool], kind: str, *, null: bool = False,
+               default: Any = MISSING, where: str = "") -> Any:
+    """obj[key] (a JSON object's field) if `check` passes it, or if it is null where `null` allows that; absent,
+    `default`. Anything else raises ValueError naming the field (after `where`, the object's own name) and `kind`,
+    what it must be."""
+    if key not in obj:
+        if default is MISSING:
+            raise ValueError(f"no {where}{key}")
+        return default
+    v = obj[key]
+    if (v is None and null) or (v is not None and check(v)):
+        return v
+    raise ValueError(f"{where}{key} must be {kind}{' or null' if null else ''}, got {brief(v)}")
+
+
+def is_a(tp: type) -> Callable[[Any], bool]:
+    """A `read_field` check: the value is a `tp` (str, list, dict...)."""
+    return lambda v: isinstance(v, tp)
+
+
+def whole(v: Any) -> bool:
+    """A `read_field` check: the value is a whole number (JSON's true and false are not)."""
+    return type(v) is int
 
 
 def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
@@ -24,7 +66,16 @@ def write_lines(path: str | os.PathLike, lines: Iterable[str]) -> None:
 
 
 def write_chunks(path: str | os.PathLike, chunks: Iterable[bytes]) -> None:
-    path = Path(path)
+    path = Path(os.path.realpath(path))  # a link's target is what is written; the link stays a link
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        mode = stat.S_IFREG  # a new file
+    if not stat.S_ISREG(mode):  # a device, a FIFO, a socket: no file to replace (a folder fails to open)
+        with path.open("wb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+        return
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -49,9 +100,22 @@ def write_chunks(path: str | os.PathLike, chunks: Iterable[bytes]) -> None:
 def check_header(obj: object, fmt: str, version: int, kind: str, error: type[Exception]) -> None:
     """Raise `error` unless `obj` is a header of format `fmt` at `version` or older: a file of another kind, or
     one a newer Logit Lab wrote, is refused with a message that says which and what to do."""
-    if not isinstance(obj, dict) or obj.get("format") != fmt:
+    found = obj.get("format") if isinstance(obj, dict) else None
+    if found != fmt:
+        other = re.fullmatch(r"logitlab-([a-z]{1,20})", found) if isinstance(found, str) else None
+        if other:  # ours, of another kind: say which
+            raise error(f"a Logit Lab {other[1]} file, not a {kind} file")
         raise error(f"not a Logit Lab {kind} file (no {kind} header)")
     found = obj.get("version")
-    if not isinstance(found, int) or found > version:
-        raise error(f"written by a newer Logit Lab ({kind} format {found}; this one reads up to {version}): "
+    if type(found) is not int or found > version:
+        raise error(f"written by a newer Logit Lab ({kind} format {brief(found)}; this one reads up to {version}): "
                     f"update Logit Lab to open it")
+
+
+def brief(value: Any, limit: int = 40) -> str:
+    """A value read from a file, as JSON, for a message: one short line, cut with … where longer."""
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        text = f"a {type(value).__name__}"
+    return text if len(text) <= limit else text[: limit - 1] + "…"

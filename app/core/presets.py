@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.core.files import check_header, write_atomic
+from app.core.files import check_header, parse_json, write_atomic
 from app.core.settings import SamplerSettings, SettingsError, StageOrder
+from app.core.trace_file import read_settings
 
 FORMAT = "logitlab-presets"
 VERSION = 1
@@ -61,11 +62,11 @@ class Preset:
     def from_dict(cls, d: Any) -> Preset:
         if not isinstance(d, dict) or not isinstance(d.get("settings"), dict):
             raise TypeError("a preset is an object with a name and settings")
-        values = {k: v for k, v in d["settings"].items() if k in PRESET_FIELDS}
         note = d.get("note", "")
         if not isinstance(note, str):
             raise TypeError("a preset's note is text")
-        return cls(check_name(d.get("name")), SamplerSettings(**values), note)
+        name = check_name(d.get("name"))
+        return cls(name, read_settings({k: v for k, v in d["settings"].items() if k in PRESET_FIELDS}), note)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -118,14 +119,14 @@ def default_path() -> Path:
 
 def dumps(presets: list[Preset]) -> str:
     return json.dumps({"format": FORMAT, "version": VERSION, "presets": [p.to_dict() for p in presets]},
-                      ensure_ascii=False, indent=2) + "\n"
+                      ensure_ascii=False, allow_nan=False, indent=2) + "\n"
 
 
 def loads(data: bytes | str, name: str = "<presets>") -> list[Preset]:
     """The presets in a file `dumps` wrote; anything else raises `PresetFileError` naming `name`."""
     try:
-        obj = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as e:
+        obj = parse_json(data)
+    except ValueError as e:
         raise PresetFileError(f"{name} is damaged (not JSON: {e})") from None
     try:
         check_header(obj, FORMAT, VERSION, "presets", PresetFileError)

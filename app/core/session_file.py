@@ -16,7 +16,7 @@ from typing import Any
 
 from app.core import trace_file
 from app.core.events import Finished, Message, Prefilled, Request
-from app.core.files import check_header, write_lines
+from app.core.files import brief, check_header, is_a, parse_json, read_field, whole, write_lines
 from app.core.metrics import Metrics
 from app.core.models import BUILTIN_NAME, ModelSpec
 from app.core.session import Run, Session
@@ -185,12 +185,11 @@ def _line(lines: Sequence[str | bytes], i: int, name: str) -> dict[str, Any]:
     if i >= len(lines):
         raise SessionFormatError(f"{name}:{i + 1}: the file ends before the session's last run (truncated)")
     try:
-        raw = lines[i]
-        obj = json.loads(raw.decode("utf-8") if isinstance(raw, bytes) else raw)
+        obj = parse_json(lines[i])
     except ValueError as e:
-        raise SessionFormatError(f"{name}:{i + 1}: damaged line ({type(e).__name__}: {e})") from None
+        raise SessionFormatError(f"{name}:{i + 1}: damaged line ({e})") from None
     if not isinstance(obj, dict):
-        raise SessionFormatError(f"{name}:{i + 1}: damaged line (not a JSON object)")
+        raise SessionFormatError(f"{name}:{i + 1}: damaged line (not a JSON object: {brief(obj)})")
     return obj
 
 
@@ -200,32 +199,38 @@ def _header(obj: dict[str, Any], name: str) -> tuple[SavedSession, int]:
         return _header_fields(obj)
     except SessionFormatError as e:
         raise SessionFormatError(f"{name}:1: {e}") from None
-    except (ValueError, TypeError, KeyError, IndexError) as e:
-        raise SessionFormatError(f"{name}:1: damaged session header ({type(e).__name__}: {e})") from None
+    except (ValueError, TypeError) as e:  # a field's check says which and why
+        raise SessionFormatError(f"{name}:1: damaged session header ({e})") from None
 
 
 def _header_fields(obj: dict[str, Any]) -> tuple[SavedSession, int]:
     check_header(obj, FORMAT, VERSION, "session", SessionFormatError)
-    model, count, shown = obj["model"], obj["runs"], obj["shown"]
-    if not isinstance(count, int) or count < 0 or not (shown is None or isinstance(shown, int)):
-        raise TypeError(f"runs {count!r}, shown {shown!r}")
-    doc = SavedSession(prompt=_text(obj["prompt"]), messages=tuple(_message(m) for m in obj["messages"]),
-                       chat=obj["chat"] is True, settings=SamplerSettings.from_dict(obj["settings"]),
-                       model=_text(model["source"]), backend=_text(model["backend"]), shown=shown,
-                       origin=_text(obj.get("origin", "")))
-    return doc, count
+    model = read_field(obj, "model", is_a(dict), "an object")
+    messages = read_field(obj, "messages", is_a(list), "a list")
+    doc = SavedSession(prompt=read_field(obj, "prompt", is_a(str), "text"),
+                       messages=tuple(_message(m, i) for i, m in enumerate(messages)),
+                       chat=read_field(obj, "chat", is_a(bool), "true or false"),
+                       settings=trace_file.read_settings(read_field(obj, "settings", is_a(dict), "an object")),
+                       model=read_field(model, "source", is_a(str), "text", where="model."),
+                       backend=read_field(model, "backend", is_a(str), "text", where="model."),
+                       shown=read_field(obj, "shown", whole, "a whole number", null=True),
+                       origin=read_field(obj, "origin", is_a(str), "text", default=""))
+    return doc, read_field(obj, "runs", lambda v: whole(v) and v >= 0, "a count")
 
 
 def _run(lines: Sequence[str | bytes], i: int, name: str) -> tuple[SavedRun, int]:
     """The run whose name line is line i (0-based), and the index of the line after its trace."""
     obj = _line(lines, i, name)
-    steps, run_name = obj.get("steps"), obj.get("name")
-    if not isinstance(steps, int) or steps < 0 or not isinstance(run_name, str) or not isinstance(obj.get("run"), int):
-        raise SessionFormatError(f"{name}:{i + 1}: damaged run line (a run id, its name and its step count)")
+    try:
+        run_id = read_field(obj, "run", whole, "a whole number")
+        run_name = read_field(obj, "name", is_a(str), "text")
+        steps = read_field(obj, "steps", lambda v: whole(v) and v >= 0, "a count")
+    except ValueError as e:
+        raise SessionFormatError(f"{name}:{i + 1}: damaged run line ({e})") from None
     end = i + 1 + steps + 2  # the trace: a header, a line per step, a footer
     trace = _trace(lines[i + 1: end], name, i + 2)
-    if trace.run_id != obj["run"]:
-        raise SessionFormatError(f"{name}:{i + 2}: the trace of run {obj['run']} says it is run {trace.run_id}")
+    if trace.run_id != run_id:
+        raise SessionFormatError(f"{name}:{i + 2}: the trace of run {run_id} says it is run {trace.run_id}")
     return SavedRun(run_name, trace), end
 
 
@@ -247,14 +252,10 @@ def _lone_trace(lines: Sequence[str | bytes], name: str) -> SavedSession:
                         runs=(SavedRun("", trace),), shown=trace.run_id)
 
 
-def _message(obj: Any) -> Message:
-    role = obj["role"]
-    if role not in ROLES:
-        raise ValueError(f"a message's role must be one of {', '.join(ROLES)}, got {role!r}")
-    return Message(role, _text(obj["content"]))
+def _message(obj: Any, i: int) -> Message:
+    where = f"messages[{i}]."
+    if not isinstance(obj, dict):
+        raise ValueError(f"{where[:-1]} must be an object (a role and its content), got {brief(obj)}")
+    return Message(read_field(obj, "role", lambda v: v in ROLES, f"one of {', '.join(ROLES)}", where=where),
+                   read_field(obj, "content", is_a(str), "text", where=where))
 
-
-def _text(v: Any) -> str:
-    if not isinstance(v, str):
-        raise TypeError(f"expected text, got {v!r}")
-    return v

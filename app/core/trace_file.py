@@ -1,6 +1,9 @@
 """The trace file: a run's trace as JSON Lines (a header, one line per step, a footer), written atomically and
-read back equal, bit for bit. A file from a newer format version, or damaged, raises `TraceFormatError` naming the
-file and line; nothing is half-loaded. `RunTrace.save` / `RunTrace.load` are the way in.
+read back equal, bit for bit. JSON has no NaN or infinity: every number that is not finite (a log-probability of
+-inf, a NaN "not observed", a time) is written as the string "NaN", "Infinity" or "-Infinity". Every field is
+checked as it is read: a file from a newer format version, or a damaged one (bad JSON, a field missing or of the
+wrong type, arrays whose shapes disagree), raises `TraceFormatError` naming the file, the line and the field;
+nothing is half-loaded. `RunTrace.save` / `RunTrace.load` are the way in.
 """
 
 from __future__ import annotations
@@ -8,20 +11,22 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from app.core.files import check_header, write_lines
+from app.core.files import brief, check_header, is_a, parse_json, read_field, whole, write_lines
 from app.core.metrics import Metrics
-from app.core.settings import SamplerSettings
+from app.core.settings import SamplerSettings, StageOrder
 from app.core.trace import SCALARS, RunTrace, Sample, StepTrace, _floats
 
 FORMAT = "logitlab-trace"
 VERSION = 1
+STAGES = ("penalties", "greedy", "temperature", "top_k", "top_p", "min_p")  # the names a record's stages have
+MAX_ID = 2**31 - 1  # token ids are int32
 
 
 class TraceFormatError(ValueError):
@@ -47,7 +52,7 @@ def to_lines(run: RunTrace) -> Iterator[dict[str, Any]]:
     for st in run.steps:
         yield _step_line(st)
     yield {"end": True, "steps": len(run.steps), "finish_reason": run.finish_reason,
-           "metrics": asdict(run.metrics) if run.metrics is not None else None,
+           "metrics": {k: _out(v) for k, v in asdict(run.metrics).items()} if run.metrics is not None else None,
            **({"finish_message": run.finish_message} if run.finish_message else {})}
 
 def from_lines(lines: Iterable[str | bytes], name: str = "<trace>") -> RunTrace:
@@ -60,19 +65,20 @@ def from_lines(lines: Iterable[str | bytes], name: str = "<trace>") -> RunTrace:
         try:
             if footer is not None:
                 raise TraceFormatError("text after the trace's last line")
-            obj = json.loads(line.decode("utf-8") if isinstance(line, bytes) else line)
+            obj = parse_json(line)
             if not isinstance(obj, dict):
-                raise TypeError("not a JSON object")
+                raise ValueError(f"not a JSON object: {brief(obj)}")
             if run is None:
                 run = _header(obj)
             elif obj.get("end") is True:
                 footer = _footer(run, obj)
             else:
-                run.steps.append(_step_from(obj, len(run.steps), texts))
+                with np.errstate(over="ignore"):  # a number past float32 is read as infinity
+                    run.steps.append(_step_from(obj, len(run.steps), texts))
         except TraceFormatError as e:
             raise TraceFormatError(f"{name}:{number}: {e}") from None
-        except (ValueError, TypeError, KeyError, IndexError) as e:
-            raise TraceFormatError(f"{name}:{number}: damaged trace line ({type(e).__name__}: {e})") from None
+        except (ValueError, TypeError) as e:  # a field's check (or the record's own) says which and why
+            raise TraceFormatError(f"{name}:{number}: damaged trace line ({e})") from None
     if run is None:
         raise TraceFormatError(f"{name}:1: empty file, not a Logit Lab trace")
     if footer is None:
@@ -84,36 +90,62 @@ def from_lines(lines: Iterable[str | bytes], name: str = "<trace>") -> RunTrace:
 
 def _header(obj: dict[str, Any]) -> RunTrace:
     check_header(obj, FORMAT, VERSION, "trace", TraceFormatError)
-    parent = obj["parent"]
-    return RunTrace(prompt_ids=[int(i) for i in obj["prompt_ids"]],
-                    settings=SamplerSettings.from_dict(obj["settings"]), seed=int(obj["seed"]),
-                    run_id=int(obj["run_id"]), parent=(int(parent[0]), int(parent[1])) if parent is not None else None,
-                    model=dict(obj["model"]) if obj["model"] is not None else None,
-                    prompt_text=str(obj.get("prompt_text", "")), branch=str(obj.get("branch") or ""))
+    parent = read_field(obj, "parent", lambda v: _list_of(v, whole) and len(v) == 2, "[run id, step]", null=True)
+    model = read_field(obj, "model", _model_entry, "an object of text", null=True)
+    return RunTrace(prompt_ids=read_field(obj, "prompt_ids", lambda v: _list_of(v, _id), "a list of token ids"),
+                    settings=read_settings(read_field(obj, "settings", is_a(dict), "an object")),
+                    seed=read_field(obj, "seed", whole, "a whole number"),
+                    run_id=read_field(obj, "run_id", whole, "a whole number"),
+                    parent=tuple(parent) if parent is not None else None, model=model,
+                    prompt_text=read_field(obj, "prompt_text", is_a(str), "text", default=""),
+                    branch=read_field(obj, "branch", is_a(str), "text", null=True, default="") or "")
+
+
+def read_settings(value: dict[str, Any], key: str = "settings") -> SamplerSettings:
+    """Sampler settings as a file holds them (`SamplerSettings.to_dict`): each field's JSON type checked here, its
+    range by `SamplerSettings` (whose message names it); `key` names the object in messages."""
+    for name in value.keys() & SETTING_FIELDS:
+        check, kind = _SETTING_KINDS.get(name, (lambda v: isinstance(v, (int, float)), "a number"))
+        read_field(value, name, check, kind, null=name == "seed", where=f"{key}.")
+    try:
+        return SamplerSettings.from_dict(value)
+    except ValueError as e:  # SettingsError names the setting and its range
+        raise ValueError(f"{key}: {e}") from None
+
+
+SETTING_FIELDS = {f.name for f in fields(SamplerSettings)}
+_SETTING_KINDS = {"stop": (lambda v: _list_of(v, is_a(str)), "a list of text"),
+                  "order": (lambda v: v in [o.value for o in StageOrder], " or ".join(o.value for o in StageOrder))}
 
 
 def _footer(run: RunTrace, obj: dict[str, Any]) -> dict[str, Any]:
     """The footer's finish reason and metrics, once its step count is checked."""
-    if obj["steps"] != len(run.steps):
-        raise TraceFormatError(f"the footer counts {obj['steps']} steps, the file holds {len(run.steps)}")
-    m = obj["metrics"]
-    known = {f.name for f in fields(Metrics)}
-    reason = obj["finish_reason"]
-    if reason is not None and not isinstance(reason, str):
-        raise TypeError(f"finish_reason must be text, got {reason!r}")
-    message = obj.get("finish_message", "")  # (absent: files of before it was written, and runs without error)
-    if not isinstance(message, str):
-        raise TypeError(f"finish_message must be text, got {message!r}")
-    return {"finish_reason": reason, "finish_message": message,
-            "metrics": Metrics(**{k: v for k, v in m.items() if k in known}) if m is not None else None}
+    steps = read_field(obj, "steps", whole, "a whole number")
+    if steps != len(run.steps):
+        raise TraceFormatError(f"the footer counts {steps} steps, the file holds {len(run.steps)}")
+    m = read_field(obj, "metrics", is_a(dict), "an object", null=True)
+    return {"finish_reason": read_field(obj, "finish_reason", is_a(str), "text", null=True),
+            # absent: files of before it was written, and runs without error
+            "finish_message": read_field(obj, "finish_message", is_a(str), "text", default=""),
+            "metrics": None if m is None else Metrics(**{f.name: _metric(m, f.name, f.type) for f in fields(Metrics)
+                                                         if f.name in m})}
+
+
+def _metric(m: dict[str, Any], key: str, kind: str) -> float | None:
+    """A metric of the type its field is annotated with ("int", "float | None", ...)."""
+    null = "None" in str(kind)
+    if str(kind).startswith("int"):
+        return read_field(m, key, whole, "a whole number", null=null, where="metrics.")
+    return _number(m, key, null=null, where="metrics.")
 
 
 def _step_line(st: StepTrace) -> dict[str, Any]:
     s = st.sample
     line = {"step": st.step, "token": s.token, "text": st.text, "top_texts": list(st.top_texts),
-            "seconds": st.seconds, "rank": s.rank, "u": s.u, "stages": list(s.stage_names), "reported": s.reported,
-            **dict(zip(SCALARS, _floats(s.values[: len(SCALARS)]), strict=True)), "top_ids": s.top_ids.tolist(),
-            "probs": [_floats(row) for row in s.probs], "kept": s.kept.astype(int).tolist()}
+            "seconds": _out(st.seconds), "rank": s.rank, "u": _out(s.u), "stages": list(s.stage_names),
+            "reported": s.reported, **dict(zip(SCALARS, _floats(s.values[: len(SCALARS)]), strict=True)),
+            "top_ids": s.top_ids.tolist(), "probs": [_floats(row) for row in s.probs],
+            "kept": s.kept.astype(int).tolist()}
     if not s.is_partial:
         line.update(top_logits=_floats(s.top_logits), thresholds=_floats(s.thresholds),
                     kept_counts=s.kept_counts.tolist(),
@@ -122,45 +154,110 @@ def _step_line(st: StepTrace) -> dict[str, Any]:
 
 
 def _step_from(obj: dict[str, Any], index: int, texts: dict[str, str]) -> StepTrace:
-    if obj["step"] != index:
-        raise TraceFormatError(f"step {obj['step']} where step {index} was expected")
-    scalars = dict(zip(SCALARS, _array([obj[k] for k in SCALARS], np.float32).tolist(), strict=True))
-    kept = np.array(obj["kept"], dtype=bool)
-    reported = obj["reported"]
+    step = read_field(obj, "step", whole, "a whole number")
+    if step != index:
+        raise TraceFormatError(f"step {step} where step {index} was expected")
+    token = read_field(obj, "token", lambda v: type(v) is int and abs(v) <= MAX_ID,
+                       "a token id")  # negative: a token a server named only by its text
+    reported = read_field(obj, "reported", lambda v: v in ("raw", "final"), '"raw" or "final"', null=True)
+    scalars = {k: _number(obj, k) for k in SCALARS}
+    top_ids, probs = _array(obj, "top_ids", 1, whole=True, low=-MAX_ID), _array(obj, "probs", 2)  # (see token)
     if reported is not None:
-        sample = Sample._reported(obj["token"], obj["rank"], _array(obj["top_ids"], np.int32),
-                                  _array(obj["probs"], np.float32), scalars["prob"], scalars["raw_logprob"], reported)
+        rank = read_field(obj, "rank", whole, "a whole number", null=True)
+        sample = Sample._reported(token, rank, top_ids.astype(np.int32), probs.astype(np.float32),
+                                  scalars["prob"], scalars["raw_logprob"], reported)
     else:
-        cumulative = obj["top_p_cumulative"]
+        stages = read_field(obj, "stages", lambda v: _list_of(v, lambda x: isinstance(x, str) and x in STAGES),
+                            f"a list of stage names ({', '.join(STAGES)})")
+        kept = _array(obj, "kept", 2, whole=True)
+        top_logits = _array(obj, "top_logits", 1)
+        cumulative = read_field(obj, "top_p_cumulative", is_a(list), "a list", null=True)
+        cumulative = None if cumulative is None else _array(obj, "top_p_cumulative", 1)
+        n = kept.shape[1]
+        if kept.shape[0] != len(stages) or not np.isin(kept, (0, 1)).all():
+            raise ValueError(f"kept must be a row of 0 and 1 per stage ({len(stages)}), got {brief(obj['kept'])}")
+        if len(top_logits) != len(top_ids) or n > len(top_ids):
+            raise ValueError(f"top_ids ({len(top_ids)}) and top_logits ({len(top_logits)}) must be as long, and at "
+                             f"least as long as a row of kept ({n})")
+        if cumulative is not None and len(cumulative) != n:
+            raise ValueError(f"top_p_cumulative holds {len(cumulative)} numbers for {n} candidates")
         sample = Sample.record(
-            token=obj["token"], rank=obj["rank"], u=obj["u"], stage_names=tuple(obj["stages"]),
-            top_ids=_array(obj["top_ids"], np.int32), top_logits=_array(obj["top_logits"], np.float32),
-            probs=_array(obj["probs"], np.float32), kept=kept, thresholds=_array(obj["thresholds"], np.float32),
-            kept_counts=_array(obj["kept_counts"], np.float32),
-            top_p_cumulative=None if cumulative is None else _array(cumulative, np.float32), **scalars)
-    top_texts = tuple(texts.setdefault(t, t) for t in obj["top_texts"])
+            token=token, rank=read_field(obj, "rank", whole, "a whole number"), u=_number(obj, "u"),
+            stage_names=tuple(stages), top_ids=top_ids, top_logits=top_logits, probs=probs, kept=kept,
+            thresholds=_array(obj, "thresholds", 1), kept_counts=_array(obj, "kept_counts", 1, whole=True),
+            top_p_cumulative=cumulative, **scalars)
+    top_texts = read_field(obj, "top_texts", lambda v: _list_of(v, is_a(str)), "a list of text")
     if len(top_texts) != sample.top_n:
-        raise ValueError(f"{len(top_texts)} candidate texts for {sample.top_n} candidates")
-    return StepTrace(index, sample, str(obj["text"]), top_texts, float(obj["seconds"]))
+        raise ValueError(f"{len(top_texts)} candidate texts (top_texts) for {sample.top_n} candidates")
+    return StepTrace(index, sample, read_field(obj, "text", is_a(str), "text"),
+                     tuple(texts.setdefault(t, t) for t in top_texts), _number(obj, "seconds"))
 
 
-# JSON has no NaN or infinity: those float32 values are written as these strings (every other float32 value
-# round-trips exactly through a JSON number: Python writes the shortest repr of the same float64).
+# JSON has no NaN or infinity: those values are written as these strings (every other float32 value round-trips
+# exactly through a JSON number: Python writes the shortest repr of the same float64).
 _NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
-def _array(values: Any, dtype: type) -> np.ndarray:
-    a = np.array(values)
-    if a.dtype.kind not in "iuf":  # strings stand for NaN and the infinities; anything else is damage
-        a = np.array(_nonfinite(values), dtype=np.float64)
-    return a.astype(dtype)
-
-
-def _nonfinite(v: Any) -> Any:
-    if isinstance(v, list):
-        return [_nonfinite(x) for x in v]
-    if isinstance(v, str):
-        return _NONFINITE[v]
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise TypeError(f"expected numbers, got {v!r}")
+def _out(v: Any) -> Any:
+    """A value as the file holds it: a float that is not finite as its string."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return "NaN" if math.isnan(v) else "Infinity" if v > 0 else "-Infinity"
     return v
+
+
+def _id(v: Any) -> bool:
+    return type(v) is int and 0 <= v <= MAX_ID
+
+
+def _model_entry(v: Any) -> bool:
+    """The model a run ran on: names as text; for a server, `sent` the request's sampling fields (an object)."""
+    return isinstance(v, dict) and all(isinstance(x, dict) if k == "sent" else isinstance(x, str) for k, x in v.items())
+
+
+def _list_of(v: Any, check: Callable[[Any], bool]) -> bool:
+    return isinstance(v, list) and all(check(x) for x in v)
+
+
+def _float(v: Any) -> float | None:
+    """A JSON number, or the string of a non-finite one, as a float; None for anything else."""
+    if isinstance(v, str):
+        return _NONFINITE.get(v)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    try:
+        return float(v)
+    except OverflowError:  # a whole number past float64
+        return None
+
+
+def _number(obj: dict[str, Any], key: str, null: bool = False, where: str = "") -> float | None:
+    v = read_field(obj, key, lambda v: _float(v) is not None, "a number", null=null, where=where)
+    return None if v is None else _float(v)
+
+
+def _array(obj: dict[str, Any], key: str, ndim: int, whole: bool = False, low: int = 0) -> np.ndarray:
+    """obj[key] as an array: a list (ndim 1) or a list of equally long lists (ndim 2) of numbers (`whole`: of
+    whole numbers from `low` to MAX_ID, as int64; else float64, the strings of non-finite ones read as their values)."""
+    v = read_field(obj, key, is_a(list), "a list")
+    a = _numbers(v, ndim)
+    if a is not None and whole:
+        a = a if a.dtype.kind in "iu" and (a.size == 0 or (a.min() >= low and a.max() <= MAX_ID)) else None
+    if a is None:
+        shape = "a list" if ndim == 1 else "a list of equally long lists"
+        raise ValueError(f"{key} must be {shape} of {'whole numbers' if whole else 'numbers'}, got {brief(v)}")
+    return a
+
+
+def _numbers(v: list, ndim: int) -> np.ndarray | None:
+    try:
+        a = np.array(v)
+    except (ValueError, OverflowError):  # lists of different lengths, or nested past numpy's dimensions
+        return None
+    if a.ndim != ndim:
+        return None
+    if a.dtype.kind not in "iuf":  # strings stand for NaN and the infinities; anything else is damage
+        flat = [_float(x) for x in (v if ndim == 1 else (x for row in v for x in row))]
+        if any(x is None for x in flat):
+            return None
+        a = np.array(flat, dtype=np.float64).reshape(a.shape)
+    return a

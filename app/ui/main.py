@@ -1,6 +1,6 @@
 """Starts the window: `logitlab` (and `logitlab --screenshot out.png`, which runs one generation, selects its
-last step, saves a picture of the whole window and exits; `logitlab --open run.jsonl` shows a saved run without
-loading a model, and with `--screenshot` pictures it).
+last step, saves a picture of the whole window and exits; `logitlab --open FILE` shows a saved session, or a run's
+`--trace` file as a session of that run, without loading a model, and with `--screenshot` pictures it).
 """
 
 from __future__ import annotations
@@ -30,14 +30,13 @@ def headless() -> bool:
 
 def run_window(spec: ModelSpec, settings: SamplerSettings, prompt: str | None = None,
                screenshot: str | None = None, open_path: str | None = None) -> int:
-    trace = None
-    if open_path:
-        from app.core.trace import RunTrace
-        from app.core.trace_file import TraceFormatError
+    doc = None
+    if open_path:  # read before the window opens: a file it cannot show is one line and exit status 2
+        from app.core import session_file
 
         try:
-            trace = RunTrace.load(open_path)
-        except (OSError, TraceFormatError) as e:
+            doc = session_file.load(open_path)
+        except (OSError, session_file.SessionFormatError) as e:
             print(f"logitlab: error: cannot open {open_path}: {getattr(e, 'strerror', None) or e}", file=sys.stderr)
             return 2
     if headless():
@@ -55,14 +54,11 @@ def run_window(spec: ModelSpec, settings: SamplerSettings, prompt: str | None = 
         window.sampler.lock.setChecked(settings.seed is not None or window.sampler.lock.isChecked())
     if prompt is not None:
         window.prompt.set_prompt(prompt)
-    if trace is not None:
-        window.sampler.set_settings(trace.settings)
-        window.prompt.set_prompt(trace.prompt_text)
     window.show()
-    if trace is not None:  # drawn after the first paint: drawing a run builds the charts (pyqtgraph's import)
-        QTimer.singleShot(0, lambda: window.playground.open_run(trace))
+    if doc is not None:  # drawn after the first paint: drawing a run builds the charts (pyqtgraph's import)
+        QTimer.singleShot(0, lambda: window.sessions.show_file(doc, open_path))
     if screenshot:
-        return _screenshot(app, window, screenshot, run=trace is None)
+        return _screenshot(app, window, screenshot, run=doc is None)
     return app.exec()
 
 

@@ -18,8 +18,10 @@ from typing import Any
 import platformdirs
 from PySide6.QtCore import QByteArray, QSettings
 
+from app.core.files import brief, parse_json
 from app.core.models import BUILTIN_NAME
 from app.core.settings import SamplerSettings
+from app.core.trace_file import read_settings
 
 log = logging.getLogger(__name__)
 
@@ -100,13 +102,13 @@ def _decode(tp: Any, raw: Any) -> Any:
         if not isinstance(raw, str):
             raise TypeError(f"got {type(raw).__name__}")
         return raw
-    value = json.loads(raw)  # raises TypeError on a non-string, ValueError on text that is not JSON
+    value = parse_json(raw)  # raises TypeError on a non-string, ValueError on text that is not JSON (or too deep)
     if tp is SamplerSettings:
         if not isinstance(value, dict):
             raise TypeError(f"got {type(value).__name__}")
-        return SamplerSettings.from_dict(value)  # SettingsError (a ValueError) names what is out of range
+        return read_settings(value, "sampler")  # a ValueError naming the setting that is wrong
     if not _conforms(value, tp):
-        raise TypeError(f"got {value!r}")
+        raise TypeError(f"got {brief(value)}")
     return value
 
 

@@ -4,20 +4,27 @@
 `SavedSession` and puts one back (`app/core/session_file.py` writes and reads the file). The title names the file
 and marks it modified while that differs from what was last saved or opened; New, Open and closing then ask
 first. A few seconds after the last change the session is written to an autosave file (atomically, off the UI
-thread); a clean exit removes it, and a start that finds one (the app was killed) offers it back in the banner.
+thread), one per window, named by its process id (`autosave-<pid>.jsonl`), so that windows running side by side
+never touch each other's. A clean exit removes it; a start offers back, one after the other in the banner, every
+autosave a window left that is gone (killed, crashed): its process no longer runs. What is offered and not
+restored stays offered at each start until a clean exit, which keeps it aside as `recovered-<pid>.jsonl` (File →
+Open reads it) and offers it no more.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import logging
 import os
+import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import platformdirs
+import psutil
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QMenu, QMessageBox
@@ -35,8 +42,9 @@ AUTOSAVE_MS = 2500  # after the last change
 MAX_RECENT = 10
 SUFFIX = ".jsonl"
 FILTER = f"Logit Lab sessions (*{SUFFIX});;All files (*)"
-AUTOSAVE, RECOVERED = "autosave.jsonl", "recovered.jsonl"
+AUTOSAVE = re.compile(r"autosave(?:-(\d+))?\.jsonl")  # a window's, by its process id (none: an older version's)
 Answer = Literal["save", "discard", "cancel"]
+log = logging.getLogger(__name__)
 
 
 def state_dir(prefs: Preferences) -> Path:
@@ -53,7 +61,8 @@ class Sessions(QObject):
         super().__init__(window)
         self.w = window
         self.path: Path | None = None  # the session's file (None: never saved)
-        self.autosave_path, self.recovered_path = folder / AUTOSAVE, folder / RECOVERED
+        self.folder, self.autosave_path = folder, folder / f"autosave-{os.getpid()}.jsonl"
+        self.offered: list[Path] = []  # autosaves of windows gone without a clean exit, offered back: newest first
         self.ask: Callable[[], Answer] = self._ask  # what to do with unsaved changes (tests answer for the user)
         self.recent: list[str] = window.store.get("recent_sessions")  # most recent first
         self._saved: tuple | None = None  # the state last saved or opened; None until the window is restored
@@ -171,6 +180,11 @@ class Sessions(QObject):
         except (OSError, SessionFormatError) as e:
             self.w.banner.show_message(f"Cannot open {path.name}: {getattr(e, 'strerror', None) or e}")
             return False
+        return self.show_file(doc, path)
+
+    def show_file(self, doc: SavedSession, path: str | os.PathLike) -> bool:
+        """Show `doc`, read from `path`, as that file's session (False, with a message, while a run is going)."""
+        path = Path(path)
         if not self._apply(doc):
             return False
         self._set_path(path)
@@ -204,13 +218,16 @@ class Sessions(QObject):
         return self._closed or self._may_replace(running_ok=True)
 
     def closed(self) -> None:
-        """A clean exit: this run's autosave is needed no more (a session offered back and not taken stays in
-        the recovered file, which File → Open reads, until the next unclean exit replaces it)."""
+        """A clean exit: this run's autosave is needed no more, and a session offered back and not restored is
+        kept aside as recovered-<pid>.jsonl (File → Open reads it), offered no more."""
         self._closed = True
         self._timer.stop()
         self._writer.shutdown(wait=True)
         with contextlib.suppress(OSError):
             self.autosave_path.unlink()
+        for path in self.offered:
+            with contextlib.suppress(OSError):
+                os.replace(path, path.with_name(path.name.replace("autosave", "recovered", 1)))
 
     def _may_replace(self, running_ok: bool = False) -> bool:
         pg = self.w.playground
@@ -286,32 +303,80 @@ class Sessions(QObject):
             self.autosave_failed.emit(f"Autosave failed: cannot write {self.autosave_path}: {e.strerror or e}")
 
     def _offer_recovery(self) -> None:
-        """If the last run of the app left an autosave (it was killed), keep it aside and offer it back."""
-        try:
-            os.replace(self.autosave_path, self.recovered_path)  # what this run autosaves must not overwrite it
-            head = session_file.load_header(self.recovered_path)
-        except (OSError, SessionFormatError):  # none (a clean exit), or nothing this version can read
+        """Offer back what windows gone without a clean exit (killed, crashed) autosaved, the newest first."""
+        self.offered = crashed_autosaves(self.folder)
+        self._offer_next()
+
+    def _offer_next(self) -> None:
+        """The banner's offer of the newest autosave still offered (one that cannot be read is kept aside)."""
+        while self.offered:
+            path = self.offered[0]
+            try:
+                head = session_file.load_header(path)
+                when = datetime.datetime.fromtimestamp(path.stat().st_mtime).strftime("%H:%M on %d %b")
+            except (OSError, SessionFormatError) as e:  # nothing this version can read: not offered again
+                log.warning("the autosaved session %s cannot be read (%s): it is kept as recovered-…", path,
+                            getattr(e, "strerror", None) or e)
+                self.offered.pop(0)
+                with contextlib.suppress(OSError):
+                    os.replace(path, path.with_name(path.name.replace("autosave", "recovered", 1)))
+                continue
+            what = f"“{Path(head.origin).name}”" if head.origin else "an unsaved session"
+            start = " ".join(head.prompt.split())[:40]
+            more = f" ({len(self.offered) - 1} more after it)" if len(self.offered) > 1 else ""
+            self.w.banner.show_message(f"Logit Lab did not close cleanly: {what} from {when} (prompt “{start}…”) "
+                                       f"can be restored{more}.", "Restore", self.restore)
             return
-        when = datetime.datetime.fromtimestamp(self.recovered_path.stat().st_mtime).strftime("%H:%M on %d %b")
-        what = f"“{Path(head.origin).name}”" if head.origin else "an unsaved session"
-        start = " ".join(head.prompt.split())[:40]
-        self.w.banner.show_message(f"Logit Lab did not close cleanly: {what} from {when} (prompt “{start}…”) "
-                                   "can be restored.", "Restore", self.restore)
 
     def restore(self) -> bool:
-        """Open the session the last run of the app autosaved, unsaved (under its file's name, if it had one)."""
+        """Open the newest session offered back, unsaved (under its file's name, if it had one); then offer the
+        next one, if there is one."""
+        if not self.offered:
+            return False
+        path = self.offered[0]
         try:
-            doc = session_file.load(self.recovered_path)
+            doc = session_file.load(path)
         except (OSError, SessionFormatError) as e:
+            self.offered.pop(0)
             self.w.banner.show_message(f"Cannot restore the autosaved session: {getattr(e, 'strerror', None) or e}")
             return False
         if not self._may_replace() or not self._apply(doc):
             return False
+        self.offered.pop(0)
         self.path, self._saved = (Path(doc.origin) if doc.origin else None), ()  # () : modified until saved
         self._write(None)  # any autosave of this run so far is of what was just replaced
         with contextlib.suppress(OSError):  # the restored session is this run's autosave now: safe if killed again
-            self._writer.submit(os.replace, self.recovered_path, self.autosave_path).result()
+            self._writer.submit(os.replace, path, self.autosave_path).result()
         self.changed()
+        self._offer_next()
+        return True
+
+
+def crashed_autosaves(folder: Path) -> list[Path]:
+    """The autosave files in `folder` of windows gone without a clean exit, newest first. A window still running
+    keeps its own: its process is alive and was started before the file was last written (one started later
+    holds a reused process id)."""
+    found = []
+    for path in folder.glob("autosave*.jsonl"):
+        match = AUTOSAVE.fullmatch(path.name)
+        pid = int(match[1]) if match and match[1] else None
+        if not match or pid == os.getpid():
+            continue
+        try:
+            written = path.stat().st_mtime
+        except OSError:  # gone meanwhile (restored by another window)
+            continue
+        if pid is None or not _running_since(pid, written):
+            found.append((written, path))
+    return [path for _, path in sorted(found, reverse=True)]
+
+
+def _running_since(pid: int, written: float) -> bool:
+    try:
+        return psutil.Process(pid).create_time() <= written + 1  # +1: the two clocks' rounding
+    except psutil.NoSuchProcess:  # a zombie too: it runs no more
+        return False
+    except psutil.Error:  # alive, and not ours to look at: left alone
         return True
 
 

@@ -50,6 +50,21 @@ CONFIG_CASES = {  # case: (edit of the tiny model's config, what the message mus
     "a JSON string": (lambda cfg: "llama", r" holds a JSON string, not an object"),
     "text_config an array": (setting(text_config=[1]), r": text_config is a JSON array, not an object"),
     "nested zero layers": (setting(text_config={"num_hidden_layers": 0}), r": text_config\.num_hidden_layers is 0;"),
+    # a field of the wrong type is named, before any dimension is looked at
+    "model type a number": (lambda cfg: {"model_type": 5}, r": model_type is 5; it must be text, the architecture's"),
+    "model type a list": (setting(model_type=["llama"]), r': model_type is \["llama"\]; it must be text'),
+    "nested model type": (setting(text_config={"model_type": 5}), r": text_config\.model_type is 5; it must be text"),
+    "architectures as text": (setting(architectures="LlamaForCausalLM"), r': architectures is "LlamaForCausalLM"; '
+                              r"it must be a list of class names"),
+    "quantization a number": (setting(quantization=5), r": quantization is 5; it must be an object"),
+    "quantization config a list": (setting(quantization_config=[1]), r": quantization_config is \[1\]; it must be"),
+    "eos as text": (setting(eos_token_id="x"), r': eos_token_id is "x"; it must be a token id or a list of them'),
+    "tied embeddings as text": (setting(tie_word_embeddings="yes"), r': tie_word_embeddings is "yes"; it must be '
+                                r"true or false"),
+    "epsilon as text": (setting(rms_norm_eps="1e-5"), r': rms_norm_eps is "1e-5"; it must be a number'),
+    "rope scaling a number": (setting(rope_scaling=5), r": rope_scaling is 5; it must be an object"),
+    "layers nested deep": (setting(num_hidden_layers=json.loads("[" * 500 + "]" * 500)),
+                           r": num_hidden_layers is \[\[\[\[.*…; the number of layers"),
 }
 
 
@@ -105,6 +120,13 @@ def test_a_safetensors_header_that_is_not_an_object_is_named(tiny_path: Path, tm
     edit, says = HEADER_CASES[case]
     message = refusal(backend, folder_with(tiny_path, tmp_path, weights=edit))
     assert re.fullmatch(says, message), message
+
+
+@pytest.mark.parametrize("backend", ["torch", "mlx"])
+def test_a_config_nested_too_deeply_is_refused_in_one_line(tiny_path: Path, tmp_path: Path, backend: str):
+    path = folder_with(tiny_path, tmp_path)
+    (path / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert refusal(backend, path) == f"{path / 'config.json'} is not valid JSON (nested too deeply to be read)"
 
 
 LLAMA = {"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,

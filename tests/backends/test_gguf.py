@@ -1,20 +1,25 @@
 """GGUF files as llama.cpp and LM Studio users have them: a tiny one written here by the `gguf` package from the
 session's tiny Llama (the same weights as its safetensors), opened on torch through transformers' GGUF loading
 (dequantized), refused on MLX with a pointer to torch, listed from the HF cache and from the user's folders, and
-damaged ones refused in one line."""
+damaged ones (headers written byte by byte: a zero alignment, arrays nested thousands deep, counts and strings
+past the end, unknown types; a dangling link) refused in one line that names the file, and named in a listing."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.core.catalog import estimate_memory, scan_cache, scan_folder
 from app.core.catalog import main as models_main
@@ -213,6 +218,161 @@ def test_the_cli_names_the_damaged_file_in_one_line(gguf_dir: Path, tmp_path: Pa
                         "--prompt", "x"], capture_output=True, text=True, timeout=180, env=ENV)
     assert r.returncode == 1 and r.stdout == "" and "Traceback" not in r.stderr
     assert r.stderr.splitlines()[-1].startswith("logitlab: error: model.gguf is truncated: its tensors need")
+
+
+# -- headers written byte by byte: every malformed one is one line naming the file and what is wrong ----------
+
+
+def text(t: str | bytes) -> bytes:
+    b = t.encode() if isinstance(t, str) else t
+    return struct.pack("<Q", len(b)) + b
+
+
+def kv(key: str | bytes, vtype: int, payload: bytes) -> bytes:
+    return text(key) + struct.pack("<I", vtype) + payload
+
+
+def u32(v: int) -> bytes:
+    return struct.pack("<I", v)
+
+
+def array(etype: int, items: list[bytes], n: int | None = None) -> bytes:
+    return struct.pack("<IQ", etype, len(items) if n is None else n) + b"".join(items)
+
+
+def nested(depth: int) -> bytes:
+    """An array of arrays `depth` deep (the innermost an array of one uint32)."""
+    inner = array(4, [u32(7)])
+    for _ in range(depth - 1):
+        inner = array(9, [inner])
+    return inner
+
+
+def tensor(name: str, shape: tuple[int, ...], offset: int = 0, ggml_type: int = 0) -> bytes:
+    return text(name) + u32(len(shape)) + struct.pack(f"<{len(shape)}Q", *shape) + struct.pack("<IQ", ggml_type, offset)
+
+
+def header(kvs: list[bytes], tensors: list[bytes], *, n_kv: int | None = None, n_tensors: int | None = None,
+           data: int = 16, align: int = 32) -> bytes:
+    """A GGUF v3 file: its metadata `kvs`, tensor table `tensors`, then `data` bytes of tensor data, aligned."""
+    head = (b"GGUF" + struct.pack("<IQQ", 3, len(tensors) if n_tensors is None else n_tensors,
+                                  len(kvs) if n_kv is None else n_kv) + b"".join(kvs) + b"".join(tensors))
+    return head + bytes(-len(head) % align + data)
+
+
+ARCH = kv("general.architecture", 8, text("llama"))
+ALIGN32 = kv("general.alignment", 4, u32(32))
+VOCAB = kv("tokenizer.ggml.tokens", 9, array(8, [text("a"), text("bc")]))
+GOOD = header([ARCH, ALIGN32, VOCAB], [tensor("w", (4,))])  # four float32 weights
+
+
+MALFORMED = {  # name: (the file's bytes, what the line says after "<file> has a damaged or truncated header: ")
+    "alignment 0": (header([ARCH, kv("general.alignment", 4, u32(0))], [tensor("w", (4,))]),
+                    "general.alignment is 0; it must be a power of two such as 32"),
+    "alignment 24": (header([ARCH, kv("general.alignment", 4, u32(24))], [tensor("w", (4,))]),
+                     "general.alignment is 24; it must be a power of two"),
+    "alignment as text": (header([ARCH, kv("general.alignment", 8, text("32"))], [tensor("w", (4,))]),
+                          "general.alignment is '32'; it must be a power of two"),
+    "arrays 5,000 deep": (header([ARCH, kv("deep", 9, nested(5000))], []),
+                          "metadata 'deep' holds arrays nested more than 8 deep"),
+    "a huge array": (header([ARCH, kv("big", 9, array(4, [], n=2**62))], []),
+                     "it counts 4,611,686,018,427,387,904 items of metadata 'big', more than its"),
+    "a huge array of strings": (header([ARCH, kv("big", 9, array(8, [], n=2**40))], []),
+                                "it counts 1,099,511,627,776 items of metadata 'big', more than"),
+    "a huge array of arrays": (header([ARCH, kv("big", 9, array(9, [], n=2**40))], []),
+                               "it counts 1,099,511,627,776 items of metadata 'big'"),
+    "a string longer than the file": (header([kv("general.architecture", 8, struct.pack("<Q", 2**40) + b"x")], []),
+                                      "metadata 'general.architecture' runs past the end of the file"),
+    "a vocabulary past the end": (header([ARCH, kv("tokenizer.ggml.tokens", 9, array(8, [text("a"),
+                                                                                        struct.pack("<Q", 2**30)]))],
+                                         [], data=0, align=1), "metadata 'tokenizer.ggml.tokens' runs past the end"),
+    "an unknown value type": (header([ARCH, kv("odd", 99, u32(1))], []), "metadata 'odd' has an unknown value type 99"),
+    "an array of an unknown type": (header([ARCH, kv("odd", 9, array(77, [], n=0))], []),
+                                    "metadata 'odd' is an array of an unknown value type 77"),
+    "a key that is not UTF-8": (header([kv(b"\xff\xfe", 4, u32(1))], []), "the key of metadata entry 0 is not UTF-8"),
+    "a key with a newline": (header([ARCH, kv("a\nb", 99, u32(1))], []), "metadata 'a\\nb' has an unknown value"),
+    "a huge count of entries": (header([ARCH], [], n_kv=2**63), "it counts 9,223,372,036,854,775,808 metadata"),
+    "a huge count of tensors": (header([ARCH], [], n_tensors=2**50), "it counts 1,125,899,906,842,624 tensors"),
+    "a tensor of 2^32 - 1 dimensions": (header([ARCH], [text("w") + u32(2**32 - 1)]),
+                                        "tensor 'w' has 4,294,967,295 dimensions (at most 4)"),
+    "cut in the count": (GOOD[:18], "the count of metadata entries runs past the end of the file"),
+}
+
+
+@pytest.mark.parametrize("case", MALFORMED)
+def test_a_malformed_header_is_one_line_naming_the_file_and_what_is_wrong(tmp_path: Path, case: str):
+    data, says = MALFORMED[case]
+    path = tmp_path / "bad.gguf"
+    path.write_bytes(data)
+    with pytest.raises(ModelLoadError) as e:
+        read_gguf(path)
+    assert str(e.value).startswith(f"bad.gguf has a damaged or truncated header: {says}"), str(e.value)
+    assert "\n" not in str(e.value) and len(str(e.value)) < 300
+
+
+def test_a_header_cut_anywhere_is_one_line_and_the_whole_one_reads(tmp_path: Path):
+    path = tmp_path / "cut.gguf"
+    path.write_bytes(GOOD)
+    assert read_gguf(path).metadata == {"general.architecture": "llama", "general.alignment": 32,
+                                        "tokenizer.ggml.tokens": 2}
+    for end in range(len(GOOD)):
+        path.write_bytes(GOOD[:end])
+        with pytest.raises(ModelLoadError) as e:
+            read_gguf(path)
+        assert str(e.value).startswith("cut.gguf ") and "\n" not in str(e.value), end
+
+
+def test_a_listing_names_each_bad_file_and_lists_the_rest(gguf_dir: Path, tiny_path: Path, tmp_path: Path,
+                                                          capsys):
+    folder = tmp_path / "models"
+    folder.mkdir()
+    (folder / "aligned-0.gguf").write_bytes(MALFORMED["alignment 0"][0])
+    (folder / "deep.gguf").write_bytes(MALFORMED["arrays 5,000 deep"][0])
+    (folder / "gone.gguf").symlink_to(folder / "deleted.gguf")  # a link left by a moved download
+    shutil.copy(gguf_dir / "tiny-f32.gguf", folder / "tiny.gguf")
+    shutil.copytree(tiny_path, folder / "typed")
+    config = json.loads((folder / "typed" / "config.json").read_text())
+    (folder / "typed" / "config.json").write_text(json.dumps({**config, "model_type": 5}))
+    (folder / "typed" / "gone.bin").symlink_to(folder / "nothing")  # a model folder's dangling link
+    entries = {Path(e.source).name: e for e in scan_folder(folder)}
+    assert entries["tiny.gguf"].backends == ("torch",) and not entries["tiny.gguf"].problem
+    for name, says in [("aligned-0.gguf", "general.alignment is 0"), ("deep.gguf", "nested more than 8 deep"),
+                       ("gone.gguf", "No such file or directory"), ("typed", "model_type is 5; it must be text")]:
+        assert entries[name].model_type == "?" and entries[name].backends == () and says in entries[name].problem
+    assert models_main(["--cache-dir", str(tmp_path / "empty"), "--folder", str(folder)]) == 0
+    out, err = capsys.readouterr()
+    assert [line.split()[0] for line in out.splitlines()[2:]] == [str(folder / n) for n in (
+        "aligned-0.gguf", "deep.gguf", "gone.gguf", "tiny.gguf", "typed")]
+    assert err.splitlines() == [f"logitlab models: {entries[n].source} cannot be loaded: {entries[n].problem}"
+                                for n in ("aligned-0.gguf", "deep.gguf", "gone.gguf", "typed")]
+
+
+@pytest.mark.parametrize("case", ["alignment 0", "arrays 5,000 deep"])
+def test_loading_a_malformed_header_is_refused_in_one_line(tmp_path: Path, case: str):
+    from backends.torch_backend import TorchBackend
+
+    (tmp_path / "bad.gguf").write_bytes(MALFORMED[case][0])
+    with pytest.raises(ModelLoadError, match=f"^bad.gguf has a damaged or truncated header: {MALFORMED[case][1]}"):
+        TorchBackend().load(tmp_path / "bad.gguf", CPU32)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_whatever_bytes_a_header_holds_it_reads_or_is_refused_in_one_line(data):
+    """GOOD with bytes changed, cut or put in anywhere: a header or one line, never a traceback or a long read."""
+    b = bytearray(GOOD)
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(0, len(b)))
+        new = data.draw(st.binary(min_size=0, max_size=9))
+        cut = data.draw(st.integers(0, 9))
+        b[at:at + cut] = new
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "f.gguf"
+        path.write_bytes(bytes(b))
+        try:
+            read_gguf(path)
+        except ModelLoadError as e:
+            assert "\n" not in str(e) and ("f.gguf" in str(e)), str(e)
 
 
 def rewritten(src: Path, dst: Path, **metadata) -> Path:

@@ -1,15 +1,23 @@
 """Exports draw a finished run from its record: Markdown and HTML carry every token with the output view's shade
-of its probability, the CSVs a row per step or per candidate; every file is written atomically."""
+of its probability, the CSVs a row per step or per candidate (a number that is not finite as a cell that reads
+back); every file is written atomically, and only a regular file is ever replaced (a link's target is written, a
+device or a FIFO in place)."""
 
 from __future__ import annotations
 
 import csv
+import errno
 import io
+import math
 import os
+import socket
+import stat
+import threading
 from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from app.core.export import (
@@ -26,7 +34,7 @@ from app.core.export import (
     to_markdown,
 )
 from app.core.files import write_atomic
-from app.core.trace import RunTrace
+from app.core.trace import RunTrace, Sample, StepTrace
 from tests.core.test_trace import make_run
 
 TRICKY = '<b>&"x"</b>\n  '  # markup, quotes and whitespace a page must show as they are
@@ -156,3 +164,72 @@ def test_a_failed_write_keeps_the_old_file(tmp_path: Path, monkeypatch):
     with pytest.raises(OSError):
         write_atomic(path, "new")
     assert path.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["out.csv"]
+
+
+def test_write_atomic_writes_a_links_target_and_leaves_the_link(tmp_path: Path):
+    (tmp_path / "real").mkdir()
+    target = tmp_path / "real" / "out.md"
+    target.write_text("old")
+    link = tmp_path / "link.md"
+    link.symlink_to(target)
+    write_atomic(link, "new")
+    assert link.is_symlink() and os.readlink(link) == str(target) and target.read_text() == "new"
+    dangling = tmp_path / "dangling.md"
+    dangling.symlink_to(tmp_path / "real" / "later.md")
+    write_atomic(dangling, "made")  # the link's target is made, the link stays
+    assert dangling.is_symlink() and (tmp_path / "real" / "later.md").read_text() == "made"
+    assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["later.md", "out.md"]
+
+
+def test_write_atomic_writes_a_fifo_in_place(tmp_path: Path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    write_atomic(fifo, "through the pipe")
+    reader.join(timeout=10)
+    assert got == [b"through the pipe"] and stat.S_ISFIFO(fifo.stat().st_mode)
+    assert [p.name for p in tmp_path.iterdir()] == ["pipe"]
+
+
+def test_write_atomic_writes_a_device_in_place_and_never_replaces_it():
+    write_atomic("/dev/null", "gone")
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    if not (Path("/dev/full").exists() and stat.S_ISCHR(os.stat("/dev/full").st_mode)):
+        pytest.skip("no /dev/full device here")
+    with pytest.raises(OSError) as e:
+        write_atomic("/dev/full", "x" * 10_000)
+    assert e.value.errno == errno.ENOSPC and stat.S_ISCHR(os.stat("/dev/full").st_mode)
+
+
+def test_write_atomic_refuses_a_folder_or_a_socket_with_an_os_error(tmp_path: Path):
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(IsADirectoryError):
+        write_atomic(tmp_path / "folder", "x")
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(tmp_path / "sock"))
+        with pytest.raises(OSError):
+            write_atomic(tmp_path / "sock", "x")
+        assert stat.S_ISSOCK((tmp_path / "sock").stat().st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "sock"]
+
+
+def test_numbers_that_are_not_finite_export_as_csv_cells_that_read_back():
+    run = make_run(steps=1)
+    run.steps[0] = replace(run.steps[0], seconds=math.nan)
+    never = Sample.partial(5, -math.inf, [5, 6], [-math.inf, 0.0])  # drawn with probability 0
+    with np.errstate(over="ignore"):
+        nonsense = Sample.partial(7, 1000.0, [7, 8], [1000.0, -math.inf], reported="raw")  # a server's overflow
+    run.steps += [StepTrace(2, never, "a", ("a", "b"), 0.1), StepTrace(3, nonsense, "c", ("c", "d"), 0.2)]
+
+    def number(cell: str) -> float | None:
+        return float(cell) if cell else None
+
+    steps = list(csv.DictReader(io.StringIO(steps_csv(run))))
+    assert number(steps[0]["seconds"]) is None  # NaN: not measured, an empty cell
+    assert number(steps[2]["prob"]) == 0 and number(steps[2]["logprob"]) == -math.inf
+    assert number(steps[3]["raw_logprob"]) == 1000 and number(steps[3]["raw_prob"]) == math.inf
+    candidates = [r for r in csv.DictReader(io.StringIO(candidates_csv(run))) if r["step"] == "3"]
+    assert [number(r["raw_prob"]) for r in candidates] == [math.inf, 0.0]
+    assert to_markdown(run) and to_html(run)

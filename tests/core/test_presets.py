@@ -146,11 +146,29 @@ def test_a_file_from_a_newer_version_is_refused_and_kept(path: Path):
     ('{"format": "logitlab-presets", "version": 1, "presets": [{"name": "x", "settings": {"order": "sideways"}}]}',
      "preset 1"),
     ('{"format": "logitlab-presets", "version": 1, "presets": [{"name": "", "settings": {}}]}', "needs a name"),
+    ("[" * 100_000 + "]" * 100_000, r"is damaged \(not JSON: nested too deeply to be read\)"),
+    ('{"format": "logitlab-presets", "version": 1, "presets": [' + '{"a": ' * 100_000, "nested too deeply"),
+    ('{"format": "logitlab-presets", "version": 1, "presets": [{"name": "x", "settings": {"temperature": '
+     + "[" * 500 + "]" * 500 + "}}]}", r"preset 1: settings.temperature must be a number, got \[\[\[\["),
+    ('{"format": "logitlab-presets", "version": 1, "presets": [{"name": "x", "settings": {"top_k": "12"}}]}',
+     'preset 1: settings.top_k must be a number, got "12"'),
+    ('{"format": "logitlab-session", "version": 1}', "a Logit Lab session file, not a presets file"),
 ])
 def test_bad_contents_name_the_file_and_the_problem(text: str, message: str):
     with pytest.raises(PresetFileError, match=message) as e:
         loads(text, "shared.json")
     assert str(e.value).startswith("shared.json")
+
+
+def test_a_file_nested_too_deeply_reads_as_the_shipped_presets_and_is_kept(path: Path):
+    path.parent.mkdir(parents=True)
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    store = PresetStore(path)
+    assert store.error == f"{path} is damaged (not JSON: nested too deeply to be read)"
+    assert store.presets() == list(SHIPPED)
+    with pytest.raises(PresetFileError):
+        store.save("mine", MINE)
+    assert path.read_text().startswith("[[[")
 
 
 def test_importing_a_bad_file_changes_nothing(path: Path, tmp_path: Path):

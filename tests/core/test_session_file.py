@@ -1,23 +1,37 @@
 """The session file: saved and read back equal (prompt, messages, settings, model, every run's steps bit for bit,
-names, parents); a newer or damaged file is refused with file and line, never half-loaded."""
+names, parents); a newer or damaged file (a field of the wrong type named, whatever a fuzzer puts in) is refused
+with file and line, never half-loaded."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from app.core import trace_file
 from app.core.events import Finished, Message, Request
 from app.core.metrics import Metrics
 from app.core.session import Session
-from app.core.session_file import EncodedTraces, SavedSession, SessionFormatError, load, runs_of, save, to_session
+from app.core.session_file import (
+    EncodedTraces,
+    SavedSession,
+    SessionFormatError,
+    encode,
+    from_lines,
+    load,
+    runs_of,
+    save,
+    to_session,
+)
 from app.core.settings import SamplerSettings, StageOrder
 from app.core.trace import RunTrace
-from tests.core.test_trace import make_run
+from tests.core.test_trace import make_run, mutate, strict_json
 
 SETTINGS = SamplerSettings(temperature=0.7, top_p=0.9, stop=("\n\n",), seed=5, order=StageOrder.TEMPERATURE_LAST)
 
@@ -246,3 +260,87 @@ def test_a_run_that_ended_in_error_keeps_its_tokens_and_its_reason_when_saved_an
     (run,) = reopened.runs.values()
     assert run.finished.reason == "error" and run.finished.message == "the server closed the connection mid-stream"
     assert len(run.steps) == len(trace.steps)
+
+
+DEEP = 100_000
+
+
+@pytest.mark.parametrize(("damage", "line", "says"), [
+    (lambda ls: ["[" * DEEP + "]" * DEEP, *ls[1:]], 1, "damaged line (nested too deeply to be read)"),
+    (lambda ls: [ls[0].replace('"prompt": ', '"prompt": ' + "[" * DEEP + "]" * DEEP + ', "p": '), *ls[1:]], 1,
+     "damaged line (nested too deeply to be read)"),
+    (lambda ls: [*ls[:1], '{"run": ' + "[" * DEEP + "]" * DEEP + "}", *ls[2:]], 2, "nested too deeply"),
+    (lambda ls: [*ls[:4], '{"step": 1, "kept": ' + "[" * DEEP + "]" * DEEP + "}", *ls[5:]], 5, "nested too deeply"),
+])
+def test_json_nested_too_deeply_is_refused_in_one_line(tmp_path: Path, damage, line, says):
+    path, lines = saved(tmp_path)
+    write(path, damage(lines))
+    with pytest.raises(SessionFormatError) as e:
+        load(path)
+    assert str(e.value).startswith(f"{path}:{line}: ") and says in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    ({"messages": {"role": "user"}}, 'messages must be a list, got {"role": "user"}'),
+    ({"messages": ["hi"]}, 'messages[0] must be an object (a role and its content), got "hi"'),
+    ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content must be text, got 5"),
+    ({"model": "tiny"}, 'model must be an object, got "tiny"'),
+    ({"model": {"source": "tiny", "backend": None}}, "model.backend must be text, got null"),
+    ({"chat": "yes"}, 'chat must be true or false, got "yes"'),
+    ({"shown": "2"}, 'shown must be a whole number or null, got "2"'),
+    ({"runs": -1}, "runs must be a count, got -1"),
+    ({"settings": {"temperature": "hot"}}, 'settings.temperature must be a number, got "hot"'),
+    ({"origin": ["a"]}, 'origin must be text, got ["a"]'),
+])
+def test_a_header_field_of_the_wrong_type_is_refused_with_its_name(tmp_path: Path, change: dict, says: str):
+    path, lines = saved(tmp_path)
+    write(path, edit_header(lines, **change))
+    with pytest.raises(SessionFormatError) as e:
+        load(path)
+    assert str(e.value) == f"{path}:1: damaged session header ({says})"
+
+
+def test_a_run_line_of_the_wrong_type_is_refused_with_its_name(tmp_path: Path):
+    path, lines = saved(tmp_path)
+    write(path, [lines[0], lines[1].replace('"name": ""', '"name": 3'), *lines[2:]])
+    with pytest.raises(SessionFormatError) as e:
+        load(path)
+    assert str(e.value) == f"{path}:2: damaged run line (name must be text, got 3)"
+
+
+def two_runs() -> tuple[Session, list[int]]:
+    session = Session()
+    a = add_run(session, make_run(steps=1))
+    return session, [a, add_run(session, make_run(steps=1), parent=(a, 0), name="b")]
+
+
+SESSION_OBJS = [json.loads(line) for line in encode(make_doc(*two_runs()))]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_whatever_a_session_file_holds_it_is_read_whole_or_refused_in_one_line(data):
+    lines = mutate(data, SESSION_OBJS)
+    try:
+        doc = from_lines(lines, "s.jsonl")
+    except SessionFormatError as e:
+        assert str(e).startswith("s.jsonl:") and "\n" not in str(e)
+    else:
+        to_session(doc)
+        encoded = list(encode(doc))
+        assert list(encode(from_lines(encoded))) == encoded
+
+
+def test_numbers_that_are_not_finite_are_saved_as_standard_json_and_read_back(tmp_path: Path):
+    session = Session()
+    trace = make_run(steps=2)
+    trace.steps[0] = replace(trace.steps[0], seconds=math.inf)
+    trace.metrics = replace(trace.metrics, itl_p95_s=math.nan, ttft_s=-math.inf)
+    rid = add_run(session, trace)
+    save(make_doc(session, [rid, rid]), tmp_path / "s.jsonl")
+    lines = (tmp_path / "s.jsonl").read_text(encoding="utf-8").splitlines()
+    for line in lines:
+        strict_json(line)
+    back = load(tmp_path / "s.jsonl")
+    assert list(encode(back)) == lines and back.runs[0].trace.steps[0].seconds == math.inf
+    assert math.isnan(back.runs[0].trace.metrics.itl_p95_s) and back.runs[0].trace.metrics.ttft_s == -math.inf

@@ -1,15 +1,23 @@
-"""A run's trace: saved as JSON Lines, loaded back equal; newer or damaged files refused with file and line."""
+"""A run's trace: saved as JSON Lines (numbers that are not finite as strings), loaded back equal; newer or damaged
+files (bad JSON, JSON nested too deeply, a field of the wrong type, whatever a fuzzer puts in) refused with file,
+line and field."""
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from app.core import trace_file
+from app.core.export import candidates_csv, steps_csv, to_markdown
 from app.core.metrics import Metrics
 from app.core.sampling import History, sample
 from app.core.settings import SamplerSettings
@@ -162,3 +170,169 @@ def test_the_command_line_json_keeps_its_keys_and_says_what_was_observed():
     assert partial["top"][0]["raw_prob"] is None and partial["top"][0]["prob"] == pytest.approx(0.5)
     json.dumps(full, allow_nan=False)
     json.dumps(partial, allow_nan=False)
+
+
+# -- what a careless or hostile file holds: one line naming the field, never a traceback -----------------------
+
+
+def lines_of(run: RunTrace) -> list[str]:
+    """The file's lines, as `save` writes them."""
+    return [json.dumps(obj, ensure_ascii=False, allow_nan=False) for obj in trace_file.to_lines(run)]
+
+
+def strict_json(line: str) -> object:
+    """A line parsed as standard JSON: NaN and Infinity, which Python's json also reads, refused."""
+    def refuse(name: str) -> None:
+        raise ValueError(f"{name} is not JSON")
+
+    return json.loads(line, parse_constant=refuse)
+
+
+def assert_usable(run: RunTrace) -> None:
+    """A trace every part of the app can use: it saves and reads back to the same lines, and exports."""
+    lines = lines_of(run)
+    assert lines_of(trace_file.from_lines(lines)) == lines
+    for text in (steps_csv(run), candidates_csv(run), to_markdown(run)):
+        assert text
+
+
+DEEP = 100_000
+
+
+@pytest.mark.parametrize(("damage", "line", "says"), [
+    (lambda ls: ["[" * DEEP + "]" * DEEP, *ls[1:]], 1, "nested too deeply"),
+    (lambda ls: [ls[0].replace('"model": {', '"model": ' + "[" * DEEP + "]" * DEEP + ', "x": {'), *ls[1:]], 1,
+     "nested too deeply"),
+    (lambda ls: [*ls[:2], '{"step": 1, "probs": ' + "[" * DEEP + "]" * DEEP + "}", *ls[3:]], 3, "nested too deeply"),
+    (lambda ls: [*ls[:-1], '{"end": true, "metrics": ' + "{\"a\": " * DEEP + "1" + "}" * DEEP + "}"], 6,
+     "nested too deeply"),
+])
+def test_json_nested_too_deeply_is_refused_in_one_line(tmp_path: Path, damage, line, says):
+    path, lines = saved_lines(tmp_path)
+    write(path, damage(lines))
+    with pytest.raises(TraceFormatError, match=rf"^{path}:{line}: damaged trace line \({says}") as e:
+        RunTrace.load(path)
+    assert "\n" not in str(e.value)
+
+
+DROP = object()
+
+
+def edit(lines: list[str], i: int, **changes: object) -> list[str]:
+    """Line i with some fields replaced (DROP: removed)."""
+    obj = json.loads(lines[i])
+    for k, v in changes.items():
+        obj.pop(k) if v is DROP else obj.__setitem__(k, v)
+    return [*lines[:i], json.dumps(obj), *lines[i + 1:]]
+
+
+# Line 1 is the header, lines 2-4 the full records of steps 0-2, line 5 the step a server reported, 6 the footer.
+@pytest.mark.parametrize(("damage", "line", "says"), [
+    (lambda ls: edit(ls, -1, metrics=[1, 2]), 6, "metrics must be an object or null, got [1, 2]"),
+    (lambda ls: edit(ls, -1, metrics={"ttft_s": "fast"}), 6, 'metrics.ttft_s must be a number or null, got "fast"'),
+    (lambda ls: edit(ls, -1, metrics={"generated_tokens": 2.5}), 6, "metrics.generated_tokens must be a whole"),
+    (lambda ls: edit(ls, -1, finish_reason=7), 6, "finish_reason must be text or null, got 7"),
+    (lambda ls: edit(ls, -1, steps="4"), 6, 'steps must be a whole number, got "4"'),
+    (lambda ls: edit(ls, 0, settings=[]), 1, "settings must be an object, got"),
+    (lambda ls: edit(ls, 0, settings={"stop": "abc"}), 1, 'settings.stop must be a list of text, got "abc"'),
+    (lambda ls: edit(ls, 0, settings={"top_k": [[1]]}), 1, "settings.top_k must be a number, got [[1]]"),
+    (lambda ls: edit(ls, 0, settings={"order": "sideways"}), 1, "settings.order must be temperature-first or"),
+    (lambda ls: edit(ls, 0, settings={"top_p": 7}), 1, "settings: top_p must be a number from 0 to 1"),
+    (lambda ls: edit(ls, 0, parent=[1]), 1, "parent must be [run id, step] or null"),
+    (lambda ls: edit(ls, 0, model=3), 1, "model must be an object of text or null, got 3"),
+    (lambda ls: edit(ls, 0, prompt_ids=[1, -2]), 1, "prompt_ids must be a list of token ids"),
+    (lambda ls: edit(ls, 0, seed=DROP), 1, "no seed"),
+    (lambda ls: edit(ls, 1, token="x"), 2, 'token must be a token id, got "x"'),
+    (lambda ls: edit(ls, 1, token=2**40), 2, "token must be a token id"),
+    (lambda ls: edit(ls, 1, text=DROP), 2, "no text"),
+    (lambda ls: edit(ls, 1, seconds=[0.1]), 2, "seconds must be a number, got [0.1]"),
+    (lambda ls: edit(ls, 1, u="NaNx"), 2, "u must be a number"),
+    (lambda ls: edit(ls, 1, rank=None), 2, "rank must be a whole number, got null"),
+    (lambda ls: edit(ls, 1, stages="top_k"), 2, "stages must be a list of stage names (penalties"),
+    (lambda ls: edit(ls, 1, stages=["top_k", "warp"]), 2, "stages must be a list of stage names"),
+    (lambda ls: edit(ls, 1, top_ids=[1.5]), 2, "top_ids must be a list of whole numbers, got [1.5]"),
+    (lambda ls: edit(ls, 1, probs=[[0.5], [0.1, 0.2]]), 2, "probs must be a list of equally long lists of numbers"),
+    (lambda ls: edit(ls, 1, probs=[0.5]), 2, "probs must be a list of equally long lists"),
+    (lambda ls: edit(ls, 1, kept=[[2]]), 2, "kept must be a row of 0 and 1 per stage"),
+    (lambda ls: edit(ls, 1, top_logits=[1.0]), 2, "top_ids (200) and top_logits (1) must be as long"),
+    (lambda ls: edit(ls, 1, top_p_cumulative=[0.5]), 2, "top_p_cumulative holds 1 numbers for 20 candidates"),
+    (lambda ls: edit(ls, 1, top_texts=["a", 1]), 2, "top_texts must be a list of text"),
+    (lambda ls: edit(ls, 1, top_texts=["a"]), 2, "1 candidate texts (top_texts) for 20 candidates"),
+    (lambda ls: edit(ls, 1, kept_counts=["NaN"] * 5), 2, "kept_counts must be a list of whole numbers"),
+    (lambda ls: edit(ls, 4, reported="both"), 5, 'reported must be "raw" or "final" or null, got "both"'),
+    (lambda ls: edit(ls, 4, prob={}), 5, "prob must be a number"),
+    (lambda ls: edit(ls, 4, step=True), 5, "step must be a whole number, got true"),
+])
+def test_a_field_of_the_wrong_type_is_refused_with_its_name(tmp_path: Path, damage, line, says):
+    path, lines = saved_lines(tmp_path)
+    write(path, damage(lines))
+    with pytest.raises(TraceFormatError) as e:
+        RunTrace.load(path)
+    message = str(e.value)
+    assert message.startswith(f"{path}:{line}: damaged trace line (") and says in message, message
+    assert "\n" not in message and len(message) < len(str(path)) + 150
+
+
+def test_a_session_file_opened_as_a_trace_says_what_it_is(tmp_path: Path):
+    path = write(tmp_path / "s.jsonl", ['{"format": "logitlab-session", "version": 1}'])
+    with pytest.raises(TraceFormatError, match=rf"^{path}:1: a Logit Lab session file, not a trace file$"):
+        RunTrace.load(path)
+
+
+def test_numbers_that_are_not_finite_are_written_as_strings_and_read_back_bit_for_bit(tmp_path: Path):
+    run = make_run(steps=2)
+    full = run.steps[0]
+    run.steps[0] = replace(full, seconds=math.nan, sample=replace(full.sample, u=math.inf))
+    with np.errstate(over="ignore"):  # a server's nonsense: a log-probability of 1000
+        overflowing = Sample.partial(7, 1000.0, [7, 8], [1000.0, -math.inf], reported="raw")
+    run.steps.append(StepTrace(len(run.steps), overflowing, "x", ("x", "y"), -math.inf))
+    run.metrics = replace(run.metrics, ttft_s=math.inf, decode_s=math.nan)
+    run.save(tmp_path / "run.jsonl")
+    lines = (tmp_path / "run.jsonl").read_text(encoding="utf-8").splitlines()
+    objs = [strict_json(line) for line in lines]  # standard JSON, every line
+    assert objs[1]["seconds"] == "NaN" and objs[1]["u"] == "Infinity" and objs[-1]["metrics"]["ttft_s"] == "Infinity"
+    back = RunTrace.load(tmp_path / "run.jsonl")
+    assert lines_of(back) == lines and back.metrics == replace(run.metrics, decode_s=back.metrics.decode_s)
+    assert math.isnan(back.steps[0].seconds) and back.steps[0].sample.u == math.inf
+    assert back.steps[-1].sample.raw_logprob == 1000.0 and back.steps[-1].seconds == -math.inf
+    assert_usable(back)
+
+
+# Any JSON a field can hold, NaN and the infinities' strings and deep nests among it.
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=6) | st.sampled_from(["NaN", "Infinity", "-Infinity", "raw", "final", "top_p", "temperature"]),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=10)
+
+
+def mutate(data: st.DataObject, objs: list) -> list[str]:
+    """The lines `objs` with one value somewhere in them (a line, a field, an item, up to three levels down)
+    replaced by any JSON, or removed; as text."""
+    objs = copy.deepcopy(objs)
+    node, key = objs, data.draw(st.integers(0, len(objs) - 1))
+    for _ in range(data.draw(st.integers(0, 3))):
+        child = node[key]
+        if not child or not isinstance(child, (dict, list)):
+            break
+        node, key = child, data.draw(st.sampled_from(sorted(child) if isinstance(child, dict) else range(len(child))))
+    if data.draw(st.booleans()):
+        node[key] = data.draw(JSON)
+    else:
+        del node[key]
+    return [json.dumps(o, ensure_ascii=False) for o in objs]
+
+
+TRACE_OBJS = [json.loads(line) for line in lines_of(make_run(steps=2))]
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_whatever_a_trace_file_holds_it_is_read_whole_or_refused_in_one_line(data):
+    lines = mutate(data, TRACE_OBJS)
+    try:
+        run = trace_file.from_lines(lines, "f.jsonl")
+    except TraceFormatError as e:
+        assert str(e).startswith("f.jsonl:") and "\n" not in str(e)
+    else:
+        assert_usable(run)

@@ -63,6 +63,13 @@ WRONG = [  # (preference, what another version or a hand edit left in the file)
     ("opt_ins", '{"some/model": 1}'),
     ("opt_ins", '{"some/model": "trust_remote_code"}'),
     ("opt_ins", '["trust_remote_code"]'),
+    ("sampler", '{"temperature": ' + "[" * 500 + "]" * 500 + "}"),
+    ("sampler", '{"stop": "abc"}'),
+    # nested deeper than json reads: the last value of a name is the one the window test below starts with
+    ("sampler", "[" * 100_000 + "]" * 100_000),
+    ("recent_models", "[" * 100_000 + "]" * 100_000),
+    ("opt_ins", '{"a": ' * 100_000 + "1" + "}" * 100_000),
+    ("remote/concurrency", "[" * 100_000 + "]" * 100_000),
 ]
 
 
@@ -162,6 +169,7 @@ def test_the_window_opens_and_generates_with_a_damaged_settings_file(qtbot, tiny
     assert w.sampler.settings().with_(seed=None) == SamplerSettings()
     assert w.model_bar.opt_ins == {} and not w.model_bar.offline.isChecked()
     assert warnings_about(caplog, "opt_ins") and warnings_about(caplog, "sampler")
+    assert "nested too deeply to be read" in warnings_about(caplog, "sampler")[0]
     w.sampler.seed.setValue(3)
     qtbot.waitUntil(lambda: w.playground.info is not None, timeout=RUN_TIMEOUT)
     assert run(qtbot, w, max_tokens=4).reason in ("length", "eos")

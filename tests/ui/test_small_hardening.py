@@ -2,7 +2,8 @@
 it names (torch for a .gguf file, on Apple Silicon too); the folders of models added in the picker are there at
 the next start (and in `logitlab models`); `--threads N` shows in the bar, and the model card names the threads;
 the remote server's URL and concurrency come back at the next start; with a model on a server, the prompt editor
-says why it shows no token count."""
+says why it shows no token count; presets and preferences nested too deeply for json leave the window starting on
+its defaults, with a message."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from PySide6.QtCore import QSettings
 
 from app.cli import main as cli_main
 from app.core.models import ModelSpec
+from app.core.settings import SamplerSettings
 from app.ui.main_window import MainWindow
 from app.ui.model_bar import ModelBar
 from app.ui.panels import ModelCard
@@ -24,7 +26,7 @@ from app.ui.prompt_editor import SERVER_COUNT, SERVER_SCORE
 from backends import installed
 from backends.base import LoadOptions
 from tests.remote_fake import fake_server, stream_tokens
-from tests.ui.conftest import RUN_TIMEOUT
+from tests.ui.conftest import RUN_TIMEOUT, WINDOW_BACKEND, needs_torch
 
 
 @pytest.mark.skipif(not (installed("mlx") and installed("torch")), reason="needs both backends installed")
@@ -85,6 +87,7 @@ def test_logitlab_models_lists_the_folders_added_in_the_window(tiny_path: Path, 
 # -- the thread count: shown in the bar from the command line, and on the model card -----------------------------
 
 
+@needs_torch  # the thread count is torch's
 def test_logitlab_threads_shows_in_the_bar_and_the_model_loads_with_it(qtbot, store: QSettings, tiny_path: Path):
     spec = ModelSpec(str(tiny_path), "torch", options=LoadOptions(device="cpu", dtype="float32", threads=2))
     w = MainWindow(settings=store, spec=spec)  # as run_window makes it for `logitlab --threads 2 --device cpu ...`
@@ -157,7 +160,7 @@ def test_with_a_model_on_a_server_the_editor_says_why_there_is_no_count_or_surpr
     window.prompt.show_surprisal.click()
     assert window.prompt.surprisal.text.placeholderText() == SERVER_SCORE
     window.prompt.show_surprisal.click()
-    bar.set_backend("torch")  # a local model again: counted again
+    bar.set_backend(WINDOW_BACKEND)  # a local model again: counted again
     bar.set_source(str(tiny_path))
     bar.load_button.click()
     qtbot.waitUntil(lambda: window.prompt.count.text().endswith(" tokens"), timeout=RUN_TIMEOUT)
@@ -174,4 +177,28 @@ def test_trust_remote_code_on_the_command_line_reaches_the_window_s_load_for_thi
     w.model_bar.set_source("some/other-model")
     assert not w.model_bar.spec().options.trust_remote_code  # for the model named with them only
     w.sessions.ask = lambda: "discard"
+    w.close()
+
+
+# -- files nested too deeply for json: the window starts on its defaults and says so ------------------------------
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="XDG_DATA_HOME is where platformdirs looks on Linux")
+def test_the_window_starts_with_presets_and_preferences_nested_too_deeply(qtbot, tiny_path: Path, tmp_path: Path,
+                                                                        monkeypatch, caplog):
+    deep = "[" * 100_000 + "]" * 100_000
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    (tmp_path / "data" / "logitlab").mkdir(parents=True)
+    (tmp_path / "data" / "logitlab" / "presets.json").write_text(deep)
+    store = QSettings(str(tmp_path / "preferences.ini"), QSettings.Format.IniFormat)
+    store.setValue("sampler", deep)
+    store.setValue("recent_models", deep)
+    store.sync()
+    w = MainWindow(settings=store, spec=ModelSpec(str(tiny_path), "torch"))
+    qtbot.addWidget(w)
+    w.show()
+    assert w.banner.isVisible() and "presets.json is damaged (not JSON: nested too deeply to be read)" in \
+        w.banner.label.text()
+    assert w.sampler.settings().with_(seed=None) == SamplerSettings()
+    assert sum("nested too deeply to be read" in r.getMessage() for r in caplog.records) == 2  # sampler, models
     w.close()
