@@ -8,8 +8,9 @@ decode tokens/s, TTFT, the ratios (1)/(3) and (2)/(3), and the trace's memory pe
 
 from __future__ import annotations
 
-import argparse
-import json
+import contextlib
+import io
+import os
 import shutil
 import statistics
 import tempfile
@@ -18,13 +19,14 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
-from app.cli import thread_count
+from app.cli import COMPILE_HELP, Parser, add_count, backend_of, check_base_url, fail, thread_count, to_json
 from app.core.events import Finished, Request
 from app.core.generation import Prefix, generate
 from app.core.metrics import Metrics
 from app.core.models import resolve
-from app.core.settings import SamplerSettings
-from backends import get_backend
+from app.core.settings import FIELD_BY_NAME, SamplerSettings, SettingsError
+from app.terminal import DEBUG_ENV
+from backends import ModelLoadError, get_backend
 from backends.base import LoadOptions
 from backends.baselines import (
     BASELINE_NAMES,
@@ -47,18 +49,29 @@ RANDOM_CONFIGS = {  # Llama shapes for "the model's own work dominates" runs, ra
 }
 
 
+PROG = "logitlab bench"
+CHUNK_CHARS = 1000  # the prompt's text is encoded this much at a time: less than any model's context in tokens
+
+
 def make_prompt(tokenizer: Any, n: int) -> tuple[int, ...]:
-    text = Path(threading.__file__).read_text()  # any long, freely shipped text: the stdlib's own source
-    ids = tokenizer.encode(text)
+    """`n` token ids of any long, freely shipped text: the stdlib's own source, encoded a piece at a time (the
+    whole file at once is longer than the model's context, and transformers warns about that)."""
+    text = Path(threading.__file__).read_text()
+    ids: list[int] = []
     while len(ids) < n:
-        ids += ids
+        for start in range(0, len(text), CHUNK_CHARS):
+            ids += tokenizer.encode(text[start : start + CHUNK_CHARS])
+            if len(ids) >= n:
+                break
     return tuple(ids[:n])
 
 
 def random_model(size: str, tokenizer_from: Path, dtype: str) -> Path:
-    """Save a random-weight Llama of `size` with the built-in tokenizer (vocabulary padded to 32k)."""
+    """Save a random-weight Llama of `size` with the built-in tokenizer (vocabulary padded to 32k). Saving,
+    transformers draws a "Writing model shards" progress bar on stderr: not ours to show, so it goes nowhere."""
     out = Path(tempfile.mkdtemp(prefix=f"logitlab-bench-{size}-"))
-    return save_random_llama(out, RANDOM_CONFIGS[size], tokenizer_from, dtype)
+    with contextlib.redirect_stderr(io.StringIO()):
+        return save_random_llama(out, RANDOM_CONFIGS[size], tokenizer_from, dtype)
 
 
 def run_ours(model: Any, ids: tuple[int, ...], n: int, s: SamplerSettings, record: bool, seed: int) -> dict:
@@ -68,7 +81,7 @@ def run_ours(model: Any, ids: tuple[int, ...], n: int, s: SamplerSettings, recor
     return _row(fin.metrics)
 
 
-def _row(m: Metrics) -> dict[str, float]:
+def _row(m: Metrics) -> dict[str, float | None]:
     return {"ttft_s": m.ttft_s, "prefill_tokens_per_s": m.prefill_tokens_per_s,
             "decode_tokens_per_s": m.decode_tokens_per_s, "tokens": m.generated_tokens}
 
@@ -138,11 +151,10 @@ def bench(model: Any, plain: Any, backend: str, prompt_tokens: int, tokens: int,
             for mode in MODES:
                 runs[mode].append(run_mode(mode, backend, subject[mode], ids, tokens, s, r + 1))
         med = {m: {k: statistics.median(x[k] for x in rs) for k in rs[0]} for m, rs in runs.items()}
-        base = med["baseline"]["decode_tokens_per_s"]
         for m in ("trace", "no-trace"):
-            med[m]["ratio_decode_vs_baseline"] = med[m]["decode_tokens_per_s"] / base if base else 0.0
-            med[m]["ratio_prefill_vs_baseline"] = (med[m]["prefill_tokens_per_s"]
-                                                   / med["baseline"]["prefill_tokens_per_s"])
+            for what in ("decode", "prefill"):
+                key = f"{what}_tokens_per_s"
+                med[m][f"ratio_{what}_vs_baseline"] = _ratio(med[m][key], med["baseline"][key])
         out["settings"][name] = med
     out["trace_bytes_per_token"] = trace_bytes_per_token(model, ids, tokens)
     out["prefix_reuse"] = prefix_reuse(model)
@@ -152,6 +164,11 @@ def bench(model: Any, plain: Any, backend: str, prompt_tokens: int, tokens: int,
         for m in MODES:
             med[m]["fraction_of_roofline"] = out["floor_s_per_token"] * med[m]["decode_tokens_per_s"]
     return out
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    """a / b, or None where either was not measured."""
+    return a / b if a is not None and b else None
 
 
 def roofline(model: Any, backend: str, context: int) -> dict[str, float]:
@@ -175,7 +192,8 @@ def print_table(r: dict) -> None:
     for name, med in r["settings"].items():
         for m in MODES:
             x = med[m]
-            ratio = f"{x['ratio_decode_vs_baseline']:.3f}" if "ratio_decode_vs_baseline" in x else ""
+            ratio = x.get("ratio_decode_vs_baseline")
+            ratio = "" if m == "baseline" else "n/a" if ratio is None else f"{ratio:.3f}"
             print(f"{name:9} {labels[m]:14} {x['prefill_tokens_per_s']:13.0f} {x['decode_tokens_per_s']:12.1f} "
                   f"{x['ttft_s'] * 1000:8.1f} {ratio:>12}")
     print(f"trace memory: {r['trace_bytes_per_token'] / 1024:.2f} KiB per generated token")
@@ -193,23 +211,26 @@ def print_table(r: dict) -> None:
           + ", ".join(f"{n} (1) {ours[n]:.0%} (3) {base[n]:.0%}" for n in ours))
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="logitlab bench", description=__doc__.splitlines()[0])
+def parser() -> Parser:
+    from app.remote_cli import add_remote_args
+
+    p = Parser(prog=PROG, description=__doc__.splitlines()[0])
     p.add_argument("--model", default="builtin", help="a local folder, a hub id (owner/name) or 'builtin' "
                    "(default)")
     p.add_argument("--random", choices=sorted(RANDOM_CONFIGS), help="bench a random-weight Llama of this size")
     p.add_argument("--backend", choices=["auto", "mlx", "torch", "remote"], default="auto",
-                   help="auto: MLX on Apple Silicon, else torch (torch for a .gguf; default)")
-    p.add_argument("--base-url", help="remote: an OpenAI-compatible server; reports tokens/s at concurrency 1, 4, 16")
-    p.add_argument("--api-key-env", metavar="VAR", help="remote: read the API key from this environment variable")
+                   help="auto: MLX on Apple Silicon, else torch (torch for a .gguf; default); remote: a server's "
+                        "tokens/s at concurrency 1, 4, 16 (--base-url)")
+    add_remote_args(p)
     p.add_argument("--device", choices=["cuda", "mps", "cpu"], help="torch device (default: best available)")
     p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], help="default: float32 on a CPU; on a "
                    "GPU bfloat16 / float16 (torch) or the file's own (MLX)")
-    p.add_argument("--prompt-tokens", type=int, default=128, help="tokens of the prompt prefilled (default 128)")
-    p.add_argument("--tokens", type=int, default=128, help="tokens generated per run (default 128)")
-    p.add_argument("--repeat", type=int, default=3, help="timed runs per mode, after a warm-up; the median is "
-                   "reported (default 3)")
-    p.add_argument("--compile", action="store_true", help="torch: static KV cache + torch.compile'd decode step")
+    add_count(p, "--prompt-tokens", 1, None, 128, "tokens of the prompt prefilled (with --tokens, within the "
+              "model's context)")
+    add_count(p, "--tokens", 2, int(FIELD_BY_NAME["max_tokens"].hi), 128, "tokens generated per run (decode "
+              "speed is timed between tokens: at least 2)")
+    add_count(p, "--repeat", 1, None, 3, "timed runs per mode, after a warm-up; the median is reported")
+    p.add_argument("--compile", action="store_true", help=COMPILE_HELP)
     p.add_argument("--threads", type=thread_count, metavar="N", help="torch: CPU threads (default: 1 for a model "
                    "under 50M parameters, else torch's default)")
     p.add_argument("--json", action="store_true", help="print the results as one JSON object")
@@ -218,9 +239,45 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
-    if args.backend == "remote":  # a server: its throughput as we drive it (app/remote_cli.py)
+    try:
+        check_base_url(args.base_url)
+    except SettingsError as e:
+        return fail(str(e), 2, PROG)
+    if backend_of(args) == "remote":  # a server: its throughput as we drive it (app/remote_cli.py)
         from app.remote_cli import bench_main as bench_remote
         return bench_remote(args)
+    try:
+        backend, model, plain, path = load(args)
+    except ModelLoadError as e:
+        return fail(str(e), 1, PROG)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # an unexpected load error: one line; its traceback with LOGITLAB_DEBUG set
+        if os.environ.get(DEBUG_ENV):
+            raise
+        return fail(f"loading {args.model} failed: {type(e).__name__}: {e} ({DEBUG_ENV}=1 prints the traceback)",
+                    1, PROG)
+    try:
+        context = model.info.context_length
+        if context and args.prompt_tokens + args.tokens > context:
+            return fail(f"--prompt-tokens {args.prompt_tokens} + --tokens {args.tokens} do not fit the model's "
+                        f"context of {context:,} tokens", 2, PROG)
+        result = bench(model, plain, backend, args.prompt_tokens, args.tokens, args.repeat)
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        if args.random:
+            shutil.rmtree(path, ignore_errors=True)  # hundreds of MB of random weights
+    if args.json:
+        print(to_json(result, indent=1))
+    else:
+        print_table(result)
+    return 0
+
+
+def load(args: Any) -> tuple[str, Any, Any, Path]:
+    """The backend's name, the model as Logit Lab and as the baseline load it, and its folder (a random model's:
+    removed after)."""
     backend = get_backend(args.backend, args.model)  # auto: torch for a .gguf file
     path = resolve(args.model)
     if args.random:
@@ -229,13 +286,8 @@ def main(argv: list[str]) -> int:
     try:
         model = backend.load(path, LoadOptions(device=args.device, dtype=args.dtype, compile_len=compile_len,
                                                   threads=args.threads))
-        plain = plain_model(backend.name, path, model)
-        result = bench(model, plain, backend.name, args.prompt_tokens, args.tokens, args.repeat)
-    finally:
+        return backend.name, model, plain_model(backend.name, path, model), path
+    except BaseException:
         if args.random:
-            shutil.rmtree(path, ignore_errors=True)  # hundreds of MB of random weights
-    if args.json:
-        print(json.dumps(result, indent=1))
-    else:
-        print_table(result)
-    return 0
+            shutil.rmtree(path, ignore_errors=True)
+        raise

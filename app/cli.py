@@ -8,19 +8,55 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, NoReturn
 
-from app.core.settings import FIELDS, SamplerSettings, SettingsError, StageOrder
+from app.core.settings import FIELDS, MAX_SEED, SamplerSettings, SettingsError, StageOrder, read_escapes
 
 COMMANDS = ("generate", "bench", "models")
 USAGE = """logitlab [options]             open the window
        logitlab generate [options]    stream a completion to standard output
        logitlab bench [options]       time generation against a baseline
        logitlab models [options]      list the models you have (built-in, HF cache, the window's model folders)"""
-MAX_SAMPLES = 64
+MAX_SAMPLES = 64  # --n, and so the requests at once that --concurrency may ask for
 COMPILE_LEN = 1024  # the static cache's length: every compiled step attends over all of it (masked)
+COMPILE_HELP = ("torch, Llama-family: a static KV cache and a torch.compile'd decode step (~2x decode on a CPU). "
+                "The first decode step compiles: a minute or more on a CPU the first time (cached for later runs)")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with a bad flag's error as one line (no usage block above it); exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def whole(lo: int, hi: int | None = None) -> Callable[[str], int]:
+    """An argparse type: a whole number from `lo` to `hi` (None: no upper limit)."""
+
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if n < lo or (hi is not None and n > hi):
+            raise argparse.ArgumentTypeError(f"must be {span(lo, hi)}, got {n}")
+        return n
+
+    return parse
+
+
+def span(lo: int, hi: int | None) -> str:
+    return f"{lo} or more" if hi is None else f"from {lo} to {hi}"
+
+
+def add_count(p: argparse.ArgumentParser, flag: str, lo: int, hi: int | None, default: int | None, text: str) -> None:
+    """A whole-number flag: its range, checked by argparse, is the one its help states."""
+    shown = "" if default is None else f", default {default}"
+    p.add_argument(flag, type=whole(lo, hi), default=default, metavar="N", help=f"{text} [{span(lo, hi)}{shown}]")
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -36,9 +72,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quantize", type=int, choices=[4, 8], help="MLX: quantize the weights on load")
     p.add_argument("--trust-remote-code", action="store_true", help="allow code from the model's repository")
     p.add_argument("--allow-pickle", action="store_true", help="allow non-safetensors weights (weights_only)")
-    p.add_argument("--compile", action="store_true", help=f"torch, Llama-family: a static KV cache of {COMPILE_LEN:,} "
-                   "positions and a torch.compile'd decode step (~2x decode on a CPU; the first run compiles, "
-                   "which takes tens of seconds; longer runs go on uncompiled)")
+    p.add_argument("--compile", action="store_true", help=f"{COMPILE_HELP}. The cache holds {COMPILE_LEN:,} "
+                   "positions: longer runs go on uncompiled")
     p.add_argument("--threads", type=thread_count, metavar="N", help="torch: CPU threads (default: 1 for a model "
                    "under 50M parameters, else torch's default; OMP_NUM_THREADS also sets it)")
 
@@ -47,7 +82,7 @@ def add_remote_args(p: argparse.ArgumentParser) -> None:
     from app.remote_cli import add_remote_args as add
 
     add(p)
-    p.add_argument("--concurrency", type=int, default=4, help="remote: at most this many requests at once (--n)")
+    add_count(p, "--concurrency", 1, MAX_SAMPLES, 4, "remote: at most this many requests at once (--n)")
 
 
 def thread_count(text: str) -> int:
@@ -66,16 +101,25 @@ def add_sampler_args(p: argparse.ArgumentParser) -> None:
         flag = "--" + f.name.replace("_", "-")
         p.add_argument(flag, type=int if f.integer else float, default=f.default,
                        help=f"{f.help} [{f.lo:g}..{f.hi:g}, default {f.default:g}]")
-    p.add_argument("--seed", type=int, help="random seed (default: a new one each run, reported)")
-    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable); not shown")
+    add_count(p, "--seed", 0, MAX_SEED, None, "random seed (default: a new one each run, reported)")
+    p.add_argument("--stop", action="append", default=[], help=r"stop string (repeatable), not shown; \n is a "
+                   r"newline, \t a tab, \r a carriage return, \\ a backslash (as in the window's box)")
     p.add_argument("--order", choices=[o.value for o in StageOrder], default=StageOrder.TEMPERATURE_FIRST.value,
                    help="temperature before the filters (transformers, vLLM) or after them (llama.cpp, mlx-lm)")
-    p.add_argument("--top-n", type=int, default=20, help="candidates recorded per step")
+    from app.core.sampling import RECORD_K
+
+    add_count(p, "--top-n", 1, RECORD_K, 20, "candidates recorded per step")
 
 
 def settings_from(args: argparse.Namespace) -> SamplerSettings:
     values = {f.name: getattr(args, f.name) for f in FIELDS}
-    return SamplerSettings(**values, seed=args.seed, stop=tuple(args.stop), order=StageOrder(args.order))
+    return SamplerSettings(**values, seed=args.seed, stop=tuple(read_escapes(s) for s in args.stop),
+                           order=StageOrder(args.order))
+
+
+def backend_of(args: argparse.Namespace) -> str:
+    """--backend, where "auto" with a --base-url means the server it names."""
+    return "remote" if args.base_url and args.backend == "auto" else args.backend
 
 
 def spec_from(args: argparse.Namespace):  # noqa: ANN201 - ModelSpec, imported lazily
@@ -85,13 +129,12 @@ def spec_from(args: argparse.Namespace):  # noqa: ANN201 - ModelSpec, imported l
     opts = LoadOptions(device=args.device, dtype=args.dtype, quantize_bits=args.quantize,
                        trust_remote_code=args.trust_remote_code, allow_pickle=args.allow_pickle,
                        compile_len=COMPILE_LEN if args.compile else None, threads=args.threads)
-    backend = "remote" if args.base_url and args.backend == "auto" else args.backend  # a URL names a server
-    return ModelSpec(source=args.model, backend=backend, options=opts, base_url=args.base_url or "",
+    return ModelSpec(source=args.model, backend=backend_of(args), options=opts, base_url=args.base_url or "",
                      api_key_env=args.api_key_env, concurrency=args.concurrency)
 
 
 def generate_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="logitlab generate", description="Stream a completion to stdout.")
+    p = Parser(prog="logitlab generate", description="Stream a completion to stdout.")
     add_model_args(p)
     src = p.add_mutually_exclusive_group()
     src.add_argument("--prompt", help="the prompt (default: --prompt-file, else standard input)")
@@ -99,8 +142,8 @@ def generate_parser() -> argparse.ArgumentParser:
     p.add_argument("--chat", action="store_true", help="send the prompt as a user message (chat template)")
     p.add_argument("--system", help="system message in chat mode")
     add_sampler_args(p)
-    p.add_argument("--n", type=int, default=1, help="samples of the prompt, decoded together in one batch from one "
-                   "prefill; sample i draws with seed + i (default 1)")
+    add_count(p, "--n", 1, MAX_SAMPLES, 1, "samples of the prompt, decoded together in one batch from one prefill "
+              "(remote: concurrent requests); sample i draws with seed + i and prints in that order")
     p.add_argument("--trace", help="save the run's trace to this file (JSON Lines; `logitlab --open FILE` shows it); "
                    "with --n, one file per sample: NAME.0.jsonl, NAME.1.jsonl, ...")
     p.add_argument("--json", action="store_true", help="write JSON Lines to stdout instead of text")
@@ -108,13 +151,13 @@ def generate_parser() -> argparse.ArgumentParser:
 
 
 def window_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="logitlab", usage=USAGE, description="Logit Lab: watch a language model "
-                                "choose each token. With no command, the window opens; see logitlab COMMAND -h.")
+    p = Parser(prog="logitlab", usage=USAGE, description="Logit Lab: watch a language model choose each token. "
+               "With no command, the window opens; see logitlab COMMAND -h.")
     add_model_args(p)
     p.add_argument("--prompt", help="start with this prompt")
     p.add_argument("--screenshot", help="run one generation, save a screenshot of the window here, and exit")
-    p.add_argument("--open", metavar="FILE", help="show a saved run (a --trace file); no model is loaded until you "
-                   "generate")
+    p.add_argument("--open", metavar="FILE", help="show a saved session or run (a --trace file); no model is loaded "
+                   "until you generate")
     add_sampler_args(p)
     return p
 
@@ -152,24 +195,34 @@ def check_trace_path(trace: str | None, prompt_file: str | None) -> None:
         raise SettingsError(f"--trace names the prompt file {prompt_file}: choose another file")
 
 
-def fail(message: str, code: int = 1) -> int:
-    print(f"logitlab: error: {message}", file=sys.stderr)
+def check_base_url(url: str | None) -> None:
+    """A --base-url that cannot name a server is refused before anything starts (RemoteError: one line)."""
+    if url:
+        from backends.remote import RemoteError, normalize_url, where
+
+        try:
+            normalize_url(url)
+            where(url)  # it reads the port: one out of range raises
+        except RemoteError as e:
+            raise SettingsError(str(e)) from None
+        except ValueError as e:  # urllib's own: a bad IPv6 address, a port out of range
+            raise SettingsError(f"the base URL cannot name a server: {e}") from None
+
+
+def fail(message: str, code: int = 1, prog: str = "logitlab") -> int:
+    print(f"{prog}: error: {message}", file=sys.stderr)
     return code
 
 
 def run_generate(argv: Sequence[str]) -> int:
     from app.core.events import Message, Request
-    from app.core.sampling import RECORD_K
     from app.terminal import stream_to_terminal
 
     args = generate_parser().parse_args(argv)
     try:
         settings = settings_from(args)
+        check_base_url(args.base_url)
         prompt = read_prompt(args)
-        if not 1 <= args.top_n <= RECORD_K:
-            raise SettingsError(f"top-n must be from 1 to {RECORD_K} (the candidates a step records), got {args.top_n}")
-        if not 1 <= args.n <= MAX_SAMPLES:
-            raise SettingsError(f"n must be from 1 to {MAX_SAMPLES}, got {args.n}")
         check_trace_path(args.trace, args.prompt_file)
     except SettingsError as e:
         return fail(str(e), 2)
@@ -189,22 +242,52 @@ def main(argv: Sequence[str] | None = None) -> int:
         from app.bench import main as bench_main
 
         return bench_main(argv[1:])
-    if argv and argv[0] == "models" and any(a.startswith("--base-url") for a in argv):
-        from app.remote_cli import models_main as remote_models
-
-        return remote_models(argv[1:])
     if argv and argv[0] == "models":
-        from app.core.catalog import main as models_main
-
-        return models_main([*argv[1:], *saved_folder_args(argv[1:])])
+        return run_models(argv[1:])
     args = window_parser().parse_args(argv)
     try:
         settings = settings_from(args)
+        check_base_url(args.base_url)
     except SettingsError as e:
         return fail(str(e), 2)
     from app.ui.main import run_window
 
     return run_window(spec_from(args), settings, prompt=args.prompt, screenshot=args.screenshot, open_path=args.open)
+
+
+def models_parser() -> Parser:
+    """`logitlab models`: the local models (`app.core.catalog`), or a server's with --base-url."""
+    from app.core.catalog import FOLDER_DEPTH
+    from app.remote_cli import add_remote_args
+
+    p = Parser(prog="logitlab models", description="List the models you have: the built-in one, the Hugging Face "
+               "cache (model folders and .gguf files), the folders given with --folder and the window's model "
+               "folders; or, with --base-url, the models an OpenAI-compatible server serves (its /v1/models).")
+    p.add_argument("--cache-dir", help="another cache folder (default: the standard HF cache)")
+    p.add_argument("--folder", action="append", default=[], help="also list the model folders and .gguf files in "
+                   f"this folder, up to {FOLDER_DEPTH} levels down (repeatable; e.g. ~/.lmstudio/models)")
+    add_remote_args(p)
+    p.add_argument("--json", action="store_true", help="one JSON array of the entries (remote: the server's list)")
+    return p
+
+
+def run_models(argv: Sequence[str]) -> int:
+    args = models_parser().parse_args(argv)
+    if args.base_url is None:
+        if args.api_key_env:
+            return fail("--api-key-env is for a server: give its --base-url too", 2, "logitlab models")
+        from app.core.catalog import main as local_models
+
+        return local_models([*argv, *saved_folder_args(argv)])
+    if args.cache_dir or args.folder:
+        return fail("--cache-dir and --folder list local models, not a server's (--base-url)", 2, "logitlab models")
+    try:
+        check_base_url(args.base_url)
+    except SettingsError as e:
+        return fail(str(e), 2, "logitlab models")
+    from app.remote_cli import models_main as remote_models
+
+    return remote_models(args)
 
 
 def saved_folder_args(argv: Sequence[str]) -> list[str]:
@@ -217,5 +300,16 @@ def saved_folder_args(argv: Sequence[str]) -> list[str]:
             if Path(f).is_dir() and str(Path(f).resolve()) not in given for a in ("--folder", f)]
 
 
-def dump(obj: object) -> str:
-    return json.dumps(obj, ensure_ascii=False)
+def to_json(obj: Any, indent: int | None = None) -> str:
+    """JSON text that every JSON reader takes: NaN and the infinities (which JSON has not) as null."""
+    return json.dumps(_finite(obj), ensure_ascii=False, indent=indent, allow_nan=False)
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj

@@ -6,21 +6,22 @@ with top log-probabilities) at 1, 4 and 16 concurrent requests. A failure is one
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
+from app.cli import to_json
 from app.core.events import Finished, Request
 from app.core.models import ModelSpec
 from app.core.remote_run import load_remote, run_remote
 from app.core.secrets import api_key
 from app.core.settings import SamplerSettings
 from backends.base import ModelLoadError
-from backends.remote import RemoteBackend, RemoteError, RemoteModel
+from backends.remote import RemoteBackend, RemoteError, RemoteModel, where
 
 CONCURRENCY = (1, 4, 16)
 
@@ -31,12 +32,8 @@ def add_remote_args(p: argparse.ArgumentParser) -> None:
                    "(default: the key saved in the keychain for this server, else none)")
 
 
-def models_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="logitlab models", description="List the models an OpenAI-compatible "
-                                "server serves (its /v1/models).")
-    add_remote_args(p)
-    p.add_argument("--json", action="store_true", help="the server's list as JSON")
-    args = p.parse_args(argv)
+def models_main(args: argparse.Namespace) -> int:
+    """`logitlab models --base-url URL` (its arguments parsed by `app.cli.models_parser`)."""
     spec = ModelSpec(source="", backend="remote", base_url=args.base_url or "", api_key_env=args.api_key_env)
     try:
         model = _connect(spec)
@@ -48,9 +45,9 @@ def models_main(argv: list[str]) -> int:
         print(f"logitlab models: error: {e}", file=sys.stderr)
         return 1
     if args.json:
-        print(json.dumps(served, indent=1))
+        print(to_json(served, indent=1))
     elif not served:
-        print(f"{args.base_url} serves no models.")
+        print(f"{where(args.base_url)} serves no models.")
     for m in served if not args.json else ():
         ctx = m.get("max_model_len") or m.get("context_length")
         print(m["id"] + (f"  (context {ctx:,})" if isinstance(ctx, int) else ""))
@@ -71,23 +68,31 @@ def bench_main(args: argparse.Namespace) -> int:
     except ModelLoadError as e:
         print(f"logitlab bench: error: {e}", file=sys.stderr)
         return 1
-    prompt = Path(threading.__file__).read_text()[: args.prompt_tokens * 4]  # ~4 characters a token
+    prompt = Path(threading.__file__).read_text()[: args.prompt_tokens * 4]  # ~4 characters a token (at most ~15k)
     settings = SamplerSettings(temperature=0.8, top_p=0.95, max_tokens=args.tokens, seed=1)
     rows = []
     try:
         for c in CONCURRENCY:
-            runs = [_batch(model, spec, prompt, settings, c) for _ in range(max(1, args.repeat))]
-            rows.append({"concurrency": c, **{k: statistics.median(r[k] for r in runs) for k in runs[0]}})
+            runs = [_batch(model, spec, prompt, settings, c) for _ in range(args.repeat)]
+            rows.append({"concurrency": c, **{k: _median(r[k] for r in runs) for k in runs[0]}})
     except ModelLoadError as e:
         print(f"logitlab bench: error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        return 130
     finally:
         model.close()
     whole = model.streams_logprobs is False
-    result = {"model": model.model, "server": model.base_url, "tokens": args.tokens, "streamed": not whole,
+    result = {"model": model.model, "server": where(model.base_url), "tokens": args.tokens, "streamed": not whole,
               "rows": rows}
-    print(json.dumps(result, indent=1) if args.json else _table(result))
+    print(to_json(result, indent=1) if args.json else _table(result))
     return 0
+
+
+def _median(values: Iterable[float | None]) -> float | None:
+    """The median of what was measured (None: nothing was, e.g. the speed of answers that arrived whole)."""
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
 
 
 def _batch(model: RemoteModel, spec: ModelSpec, prompt: str, settings: SamplerSettings, c: int) -> dict[str, float]:
@@ -101,15 +106,18 @@ def _batch(model: RemoteModel, spec: ModelSpec, prompt: str, settings: SamplerSe
     if errors:
         raise RemoteError(f"{len(errors)} of {c} requests failed at concurrency {c}, the first: {errors[0]}")
     tokens = sum(e.metrics.generated_tokens for e in ends)
-    return {"tokens_per_s": tokens / wall, "per_request_tokens_per_s": statistics.median(
-        e.metrics.decode_tokens_per_s for e in ends), "ttft_s": statistics.median(e.metrics.ttft_s for e in ends)}
+    return {"tokens_per_s": tokens / wall, "per_request_tokens_per_s": _median(
+        e.metrics.decode_tokens_per_s for e in ends), "ttft_s": _median(e.metrics.ttft_s for e in ends)}
 
 
 def _table(r: dict) -> str:
     how = "streamed" if r["streamed"] else "asked for whole (the server streams no log-probabilities)"
     lines = [f"{r['model']} at {r['server']}: {r['tokens']} tokens per request, {how}",
              f"{'concurrency':>11} {'tokens/s':>9} {'per request':>12} {'TTFT':>8}"]
-    per = (lambda x: f"{x['per_request_tokens_per_s']:>12.1f}") if r["streamed"] else (lambda x: f"{'-':>12}")
-    lines += [f"{x['concurrency']:>11} {x['tokens_per_s']:>9.1f} {per(x)} {x['ttft_s'] * 1000:>6.0f} ms"
-              for x in r["rows"]]
+    lines += [f"{x['concurrency']:>11} {x['tokens_per_s']:>9.1f} {_shown(x['per_request_tokens_per_s'], 1, '.1f'):>12} "
+              f"{_shown(x['ttft_s'], 1000, '.0f'):>6} ms" for x in r["rows"]]
     return "\n".join(lines)
+
+
+def _shown(value: float | None, scale: float, form: str) -> str:
+    return "n/a" if value is None else f"{value * scale:{form}}"

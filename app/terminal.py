@@ -1,21 +1,30 @@
 """Streams one request's events to the terminal: text (or JSON Lines) on stdout, status on stderr.
 
-A request of n samples streams JSON lines as they come (each with its `sequence`); as text it prints the
-samples one after another, each once it is complete. Ctrl+C cancels the run (it still ends with its summary);
-a `Failed` event, or a sample that ends in error (its tokens kept, its trace saved), exits 1 with its one line.
+Samples print in sample order (0, 1, 2...), whatever order they end in: what a sample prints waits until the
+samples before it have ended. One sample streams as text token by token; several print one after another, each
+once it is complete; JSON Lines give a line per step (with its `sequence`), then the sample's summary. Ctrl+C
+cancels the run (it still ends with its summary); a `Failed` event, or a sample that ends in error (its tokens
+kept, its trace saved), exits 1 with its one line. An unexpected error's traceback is printed only when the
+environment variable LOGITLAB_DEBUG is set; its one line says so. With --compile, a line says when the first
+steps are compiling, and one how long they took.
 """
 
 from __future__ import annotations
 
-import json
+import logging
 import os
 import queue
 import sys
+import time
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
+from app.cli import to_json
 from app.core.events import Failed, Finished, Loaded, Loading, Prefilled, Request, Step
 from app.core.model_thread import ModelThread
+
+DEBUG_ENV = "LOGITLAB_DEBUG"
+SLOW_STEP_S = 1.0  # with --compile, first steps this slow are compiling: say so
 
 
 def summary(ev: Finished, text: str) -> dict[str, Any]:
@@ -30,53 +39,174 @@ def summary(ev: Finished, text: str) -> dict[str, Any]:
     }
 
 
-def _line(obj: dict[str, Any], out: IO[str]) -> None:
-    out.write(json.dumps(obj, ensure_ascii=False) + "\n")
-
-
 def trace_paths(path: str, n: int) -> list[Path]:
     """Where each sample's trace goes: the path itself for one sample, `name.1.jsonl`... for more."""
     p = Path(path)
     return [p] if n == 1 else [p.with_name(f"{p.stem}.{i}{p.suffix}") for i in range(n)]
 
 
+def loaded_line(ev: Loaded) -> str:
+    """What was loaded, leaving out what is not known (a server reports no parameter count)."""
+    i = ev.info
+    size = f"{i.parameters / 1e6:.1f}M parameters, " if i.parameters else ""
+    return f"loaded {i.name}: {size}{i.backend} on {i.device}, {i.quantization or i.dtype}, in {ev.seconds:.1f} s"
+
+
+class InOrder:
+    """Writes each sample's output in sample order: sample i's waits (held) until samples 0..i-1 have ended.
+    `pause` holds the current sample's output too, until `resume`."""
+
+    def __init__(self, n: int) -> None:
+        self.held: dict[int, list[tuple[bool, str]]] = {i: [] for i in range(n)}
+        self.ended: set[int] = set()
+        self.current = 0
+        self.paused = False
+
+    def write(self, sequence: int, text: str, err: bool = False) -> None:
+        if sequence == self.current and not self.paused:
+            _write(text, err)
+        else:
+            self.held[sequence].append((err, text))
+
+    def end(self, sequence: int) -> None:
+        self.ended.add(sequence)
+        self._advance()
+
+    def pause(self) -> None:
+        self.paused = True
+
+    def resume(self) -> None:
+        self.paused = False
+        self._flush()
+        self._advance()
+
+    def _advance(self) -> None:
+        while self.current in self.ended and not self.paused:
+            self.current += 1
+            self._flush()
+
+    def _flush(self) -> None:
+        for err, text in self.held.get(self.current, ()):
+            _write(text, err)
+        self.held[self.current] = []
+
+
+def _write(text: str, err: bool = False) -> None:
+    stream = sys.stderr if err else sys.stdout
+    stream.write(text)
+    stream.flush()
+
+
+class FirstDecode:
+    """With --compile (torch, one sample) the first steps compile (the decode step; the prefill too for a prompt of
+    one token): once they take a while, a line says so and the output waits (so that the lines do not cut into
+    the text); when the first decode step is done, a line says how long it all took."""
+
+    def __init__(self, out: InOrder) -> None:
+        self.out = out
+        self.since: float | None = None
+        self.said = False
+
+    def arm(self) -> None:
+        self.since = time.perf_counter()
+        self.out.pause()
+
+    def step(self, step: int) -> None:
+        if step >= 1:
+            self.done()
+
+    def tick(self) -> None:
+        if self.since is not None and not self.said and time.perf_counter() - self.since >= SLOW_STEP_S:
+            print("compiling the decode step (--compile: a minute or more on a CPU the first time)…",
+                  file=sys.stderr)
+            self.said = True
+
+    def done(self) -> None:
+        if self.since is None:
+            return
+        if self.said:
+            print(f"compiled: the first steps took {time.perf_counter() - self.since:.1f} s", file=sys.stderr)
+        self.since = None
+        self.out.resume()
+
+
+class Unexpected(logging.Handler):
+    """The app's log on stderr, as Python's last-resort handler prints it, except an unexpected error's
+    traceback: that is printed only with LOGITLAB_DEBUG set."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.seen = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info:
+            self.seen = True
+            if not os.environ.get(DEBUG_ENV):
+                return
+        sys.stderr.write(self.format(record) + "\n")
+
+    def note(self) -> str:
+        return "" if os.environ.get(DEBUG_ENV) else f" ({DEBUG_ENV}=1 prints the traceback)"
+
+
 def stream_to_terminal(request: Request, json_out: bool = False, trace_path: str | None = None) -> int:
     """Run `request` and stream it; the trace files are written (atomically) once each sample is complete."""
+    unexpected = Unexpected()
+    logging.getLogger("app").addHandler(unexpected)  # not Python's last-resort handler: no traceback by default
     worker = ModelThread()
     worker.submit(request)
+    try:
+        return _stream(worker, request, json_out, trace_path, unexpected)
+    finally:
+        worker.close()
+        logging.getLogger("app").removeHandler(unexpected)
+
+
+def _stream(worker: ModelThread, request: Request, json_out: bool, trace_path: str | None,
+            unexpected: Unexpected) -> int:
     texts: dict[int, list[str]] = {i: [] for i in range(request.n)}
     left = set(request.run_ids)
     live = request.n == 1 and not json_out  # one sample streams as text; several print once each is complete
+    out = InOrder(request.n)
+    first_decode = FirstDecode(out)
+    stage = "starting"  # what the model thread is doing, for an unexpected error's line
     code = 0
     try:
         while left:
+            first_decode.tick()
             try:
                 ev = worker.events.get(timeout=0.1)
             except queue.Empty:  # keep waiting, with a timeout so that Ctrl+C gets through
                 continue
             if isinstance(ev, Failed):
-                print(f"logitlab: error: {ev.message}", file=sys.stderr)
+                out.resume()  # what was held for a compile is shown
+                message = f"{stage} failed: {ev.message}{unexpected.note()}" if unexpected.seen else ev.message
+                print(f"logitlab: error: {message}", file=sys.stderr)
                 return 1
             if isinstance(ev, Loading) and not ev.total:
                 print(ev.message, file=sys.stderr)
+                stage = ev.message.rstrip("…")
+                stage = stage[:1].lower() + stage[1:]
             elif isinstance(ev, Loaded):
-                i = ev.info
-                print(f"loaded {i.name}: {i.parameters / 1e6:.1f}M parameters, {i.backend} on {i.device}, "
-                      f"{i.quantization or i.dtype}, in {ev.seconds:.1f} s", file=sys.stderr)
+                print(loaded_line(ev), file=sys.stderr)
+                stage = "generating"
+                if request.model.options.compile_len is not None and ev.info.backend == "torch" and request.n == 1:
+                    first_decode.arm()
             elif isinstance(ev, Prefilled):
                 seeds = f"seeds {ev.seed}..{ev.seed + request.n - 1}" if request.n > 1 else f"seed {ev.seed}"
                 reused = f", {ev.reused} prompt tokens reused" if ev.reused else ""
                 print(f"{seeds}{reused}", file=sys.stderr)
             elif isinstance(ev, Step):
                 texts[ev.sequence].append(ev.text)
+                first_decode.step(ev.step)
                 if json_out and ev.trace is not None:
-                    _line({**ev.trace.to_json(), "sequence": ev.sequence}, sys.stdout)
+                    out.write(ev.sequence, to_json({**ev.trace.to_json(), "sequence": ev.sequence}) + "\n")
                 elif live:
-                    sys.stdout.write(ev.text)
-                    sys.stdout.flush()
+                    out.write(ev.sequence, ev.text)
             elif isinstance(ev, Finished):
                 left.discard(ev.run_id)
-                if not _finished(ev, request, "".join(texts[ev.sequence]), json_out, live, trace_path):
+                first_decode.done()
+                if not _finished(ev, request, "".join(texts[ev.sequence]), json_out, live, trace_path, out):
                     code = 1
         return code
     except KeyboardInterrupt:
@@ -87,30 +217,31 @@ def stream_to_terminal(request: Request, json_out: bool = False, trace_path: str
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
         print(f"logitlab: error: cannot write to standard output: {e.strerror or e}", file=sys.stderr)
         return 1
-    finally:
-        worker.close()
 
 
-def _finished(ev: Finished, request: Request, text: str, json_out: bool, live: bool, trace_path: str | None) -> bool:
-    """Print the end of one sample and save its trace; False if the sample ended in error or the trace could
-    not be written."""
+def _finished(ev: Finished, request: Request, text: str, json_out: bool, live: bool, trace_path: str | None,
+              out: InOrder) -> bool:
+    """Print the end of one sample (in sample order) and save its trace; False if the sample ended in error or
+    the trace could not be written."""
+    i = ev.sequence
     if json_out:
-        _line(summary(ev, text), sys.stdout)
+        out.write(i, to_json(summary(ev, text)) + "\n")
     elif live:
-        sys.stdout.write("\n")
+        out.write(i, "\n")
     else:
         seed = ev.trace.seed if ev.trace is not None else "?"
-        sys.stdout.write(f"--- sample {ev.sequence + 1} of {request.n} (seed {seed}) ---\n{text}\n")
-    sys.stdout.flush()
-    label = f"sample {ev.sequence + 1}: " if request.n > 1 else ""
-    print(f"{label}[{ev.reason}] {ev.metrics.line()}", file=sys.stderr)
+        out.write(i, f"--- sample {i + 1} of {request.n} (seed {seed}) ---\n{text}\n")
+    label = f"sample {i + 1}: " if request.n > 1 else ""
+    out.write(i, f"{label}[{ev.reason}] {ev.metrics.line()}\n", err=True)
     if ev.message:
-        print(f"logitlab: error: {label}{ev.message}", file=sys.stderr)
+        out.write(i, f"logitlab: error: {label}{ev.message}\n", err=True)
+    ok = ev.reason != "error"
     if trace_path and ev.trace is not None:
-        path = trace_paths(trace_path, request.n)[ev.sequence]
+        path = trace_paths(trace_path, request.n)[i]
         try:
             ev.trace.save(path)
         except OSError as e:
-            print(f"logitlab: error: cannot write the trace: {e.strerror}: {path}", file=sys.stderr)
-            return False
-    return ev.reason != "error"
+            out.write(i, f"logitlab: error: cannot write the trace: {e.strerror}: {path}\n", err=True)
+            ok = False
+    out.end(i)
+    return ok

@@ -86,7 +86,7 @@ class Step:
     token_id: int
     text: str  # what this token adds to the visible output
     trace: StepTrace | None  # None when the request does not record
-    kv_bytes: int
+    kv_bytes: int | None  # None: not measured (a server's cache)
     run_id: int = 0  # 0: the request's own id (its first run)
     sequence: int = 0  # which of the request's n samples
 

@@ -4,10 +4,13 @@
 line and the window's sampler panel all read it, so a range is written down once. Edge values are ours and
 documented here: temperature 0 is greedy; top_k 0 (or ≥ vocabulary) is off; top_p 1 is off and top_p 0 keeps
 one token; min_p 0 is off; penalties 1 (repetition) and 0 (frequency, presence) are off.
+
+Stop strings are typed with backslash escapes on the command line and in the window alike (`read_escapes`).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from enum import Enum
 from typing import Any
@@ -52,7 +55,19 @@ FIELDS: tuple[Field, ...] = (
 )
 FIELD_BY_NAME = {f.name: f for f in FIELDS}
 MAX_SEED = 2**32 - 1
-TOP_K_LIMIT = 1_000_000  # the command line may ask for more than the slider shows
+ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}  # a backslash and this letter, in a typed stop string
+
+
+def read_escapes(text: str) -> str:
+    """A stop string as typed: `\\n` a newline, `\\t` a tab, `\\r` a carriage return, `\\\\` a backslash; any other
+    backslash stays as it is."""
+    return re.sub(r"\\([ntr\\])", lambda m: ESCAPES[m[1]], text)
+
+
+def write_escapes(text: str) -> str:
+    """The typed form of a stop string, which `read_escapes` reads back exactly (its line breaks escaped)."""
+    typed = {v: "\\" + k for k, v in ESCAPES.items()}
+    return "".join(typed.get(c, c) for c in text)
 
 
 class SettingsError(ValueError):
@@ -111,9 +126,8 @@ class SamplerSettings:
 
 
 def _check_range(f: Field, value: Any) -> None:
-    hi = TOP_K_LIMIT if f.name == "top_k" else f.hi
     ok_type = isinstance(value, int) if f.integer else isinstance(value, (int, float))
-    if isinstance(value, bool) or not ok_type or not (f.lo <= value <= hi):
+    if isinstance(value, bool) or not ok_type or not (f.lo <= value <= f.hi):
         kind = "an integer" if f.integer else "a number"
         off = {"top_k": " (0 = off)"}.get(f.name, "")
-        raise SettingsError(f"{f.name} must be {kind} from {f.lo:g} to {hi:g}{off}, got {value!r}")
+        raise SettingsError(f"{f.name} must be {kind} from {f.lo:g} to {f.hi:g}{off}, got {value!r}")

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QSizePolicy, QWidget
 
-from app.core.metrics import Metrics, rate
+from app.core.metrics import Metrics, prefill_rate
 from backends.base import ModelInfo
 
 if TYPE_CHECKING:
@@ -64,27 +64,29 @@ class MetricsStrip(QWidget):
         for key, name, _ in self.FIELDS:
             self.values[key].setText(f"{name}: —")
 
-    def started(self, prompt_tokens: int, prefill_s: float, reused: int = 0) -> None:
+    def started(self, prompt_tokens: int, prefill_s: float | None, reused: int = 0) -> None:
         """`reused`: prompt tokens an earlier run's KV cache held, not prefilled again (as `Metrics` counts)."""
         self._prompt_tokens = prompt_tokens
         self._reused = reused
-        self._set("prefill", _prefill(prompt_tokens, reused, prefill_s))
+        self._set("prefill", _per_s(prefill_rate(prompt_tokens, reused, prefill_s), ".0f"))
 
-    def live(self, tokens: int, tokens_per_s: float, ttft_s: float | None, kv_bytes: int) -> None:
+    def live(self, tokens: int, tokens_per_s: float | None, ttft_s: float | None, kv_bytes: int | None) -> None:
         if ttft_s is not None:
             self._set("ttft", f"{ttft_s * 1000:.0f} ms")
-        self._set("rate", f"{tokens_per_s:.1f} tok/s")
+        self._set("rate", _per_s(tokens_per_s, ".1f"))
         self._set("tokens", f"{self._prompt_tokens}{_cached(self._reused)} + {tokens}")
-        self._set("kv", human_bytes(kv_bytes))
+        self._set("kv", _bytes(kv_bytes))
 
     def final(self, m: Metrics) -> None:
-        self._set("ttft", f"{m.ttft_s * 1000:.0f} ms")
-        decoded = m.decode_s > 0  # one token, or a server's whole answer: no decode speed was measured
-        self._set("rate", f"{m.decode_tokens_per_s:.1f} tok/s" if decoded else "—")
-        self._set("prefill", _prefill(m.prompt_tokens, m.reused_tokens, m.prefill_s))
-        self._set("tokens", f"{m.prompt_tokens}{_cached(m.reused_tokens)} + {m.generated_tokens}")
-        self._set("itl", f"{m.itl_mean_s * 1000:.1f} ms ({m.itl_p95_s * 1000:.1f})" if decoded else "—")
-        self._set("kv", human_bytes(m.kv_cache_bytes))
+        """The run's figures; a dash for each one not measured (None in `Metrics`)."""
+        self._set("ttft", "—" if m.ttft_s is None else f"{m.ttft_s * 1000:.0f} ms")
+        self._set("rate", _per_s(m.decode_tokens_per_s, ".1f"))
+        self._set("prefill", _per_s(m.prefill_tokens_per_s, ".0f"))
+        prompt = "—" if m.prompt_tokens is None else f"{m.prompt_tokens}{_cached(m.reused_tokens)}"
+        self._set("tokens", f"{prompt} + {m.generated_tokens}")
+        itl = m.itl_mean_s is not None and m.itl_p95_s is not None
+        self._set("itl", f"{m.itl_mean_s * 1000:.1f} ms ({m.itl_p95_s * 1000:.1f})" if itl else "—")
+        self._set("kv", _bytes(m.kv_cache_bytes))
 
 
 class ModelCard(QWidget):
@@ -110,14 +112,16 @@ class ModelCard(QWidget):
         if i.unquantized_bytes:
             saved = 1 - i.weight_bytes / i.unquantized_bytes
             weights += f" (was {human_bytes(i.unquantized_bytes)}, saved {saved:.0%})"
-        values = (i.name, i.backend, i.architecture, f"{i.parameters / 1e6:,.1f} M", str(i.layers),
-                  f"{i.heads} ({i.kv_heads}), head dim {i.head_dim}", f"{i.context_length:,} tokens",
-                  i.quantization or i.dtype, _device(i), weights, human_bytes(i.kv_bytes_per_token * 1000), "—")
+        kv = human_bytes(i.kv_bytes_per_token * 1000)
+        values = (i.name, i.backend, i.architecture, _known(i.parameters, f"{i.parameters / 1e6:,.1f} M"),
+                  _known(i.layers, str(i.layers)), _known(i.heads, f"{i.heads} ({i.kv_heads}), head dim {i.head_dim}"),
+                  _known(i.context_length, f"{i.context_length:,} tokens"), i.quantization or i.dtype, _device(i),
+                  _known(i.weight_bytes, weights), _known(i.kv_bytes_per_token, kv), "—")
         for r, v in zip(self.ROWS, values, strict=True):
             self.labels[r].setText(v)
 
-    def show_kv(self, kv_bytes: int) -> None:
-        self.labels["KV now"].setText(human_bytes(kv_bytes))
+    def show_kv(self, kv_bytes: int | None) -> None:
+        self.labels["KV now"].setText(_bytes(kv_bytes))
 
     def bind(self, playground: Playground) -> None:
         """The loaded model's card; the KV cache's size as the run grows."""
@@ -131,11 +135,20 @@ def _device(i: ModelInfo) -> str:
     return f"{i.device} · threads {i.threads}" if i.threads else i.device
 
 
-def _prefill(prompt_tokens: int, reused: int, seconds: float) -> str:
-    """The prefill's speed, or a dash where none was measured: every prompt token reused from the KV cache, or a
-    server's prefill (hidden in its time to first token)."""
-    done = prompt_tokens - reused
-    return f"{rate(done, seconds):.0f} tok/s" if seconds > 0 and done > 0 else "—"
+def _per_s(tokens_per_s: float | None, form: str) -> str:
+    """A speed, or a dash where none was measured: every prompt token reused from the KV cache, a server's prefill
+    (hidden in its time to first token), a run of one token, an answer that arrived whole."""
+    return "—" if tokens_per_s is None else f"{tokens_per_s:{form}} tok/s"
+
+
+def _bytes(n: int | None) -> str:
+    return "—" if n is None else human_bytes(n)
+
+
+def _known(count: int, text: str) -> str:
+    """`text`, or a dash where a model's figure is not known: a server reports no parameters, layers or sizes
+    (its `ModelInfo` holds 0 for them), and no model has 0 of any."""
+    return text if count else "—"
 
 
 def _cached(reused: int) -> str:

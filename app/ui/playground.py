@@ -70,7 +70,7 @@ class Playground(QObject):
         self._busy = False
         self._prefill_s = 0.0
         self._decode_s = 0.0  # summed step times after the first token
-        self._kv_bytes = 0
+        self._kv_bytes: int | None = 0
         self._timer = QTimer(self, interval=FRAME_MS, timerType=Qt.TimerType.PreciseTimer)
         self._timer.timeout.connect(self.drain)
         self._timer.start()
@@ -360,8 +360,8 @@ class Playground(QObject):
         self._kv_bytes = steps[-1].kv_bytes
         self._decode_s += sum(s.trace.seconds for s in steps if s.trace is not None and s.step > 0)
 
-    def live_stats(self) -> tuple[int, float, float | None, int]:
-        """(tokens, decode tokens/s, TTFT seconds or None, KV bytes) of the run in progress."""
+    def live_stats(self) -> tuple[int, float | None, float | None, int | None]:
+        """(tokens, decode tokens/s, TTFT seconds, KV bytes) of the run in progress (None: not measured)."""
         n = len(self.steps)
         rate = decode_rate(n, self._decode_s)
         ttft = self._prefill_s + self.steps[0].seconds if self.steps else None

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.remote_run import SERVER_NOTES
-from app.core.settings import FIELDS, SamplerSettings, StageOrder
+from app.core.settings import FIELDS, SamplerSettings, StageOrder, read_escapes, write_escapes
 from app.ui.presets_box import PresetsBox
 from app.ui.sliders import LabeledDoubleSlider, LabeledSlider
 
@@ -59,14 +59,6 @@ def _note(text: str) -> QLabel:
     policy.setRetainSizeWhenHidden(True)  # its room is kept: the panel never widens when a server is chosen
     note.setSizePolicy(policy)
     return note
-
-
-def _unescape(line: str) -> str:
-    return line.replace("\\n", "\n").replace("\\t", "\t")
-
-
-def _escape(s: str) -> str:
-    return s.replace("\n", "\\n").replace("\t", "\\t")
 
 
 class SamplerPanel(QWidget):
@@ -156,7 +148,7 @@ class SamplerPanel(QWidget):
         return self.seed.value()
 
     def stops(self) -> tuple[str, ...]:
-        return tuple(_unescape(line) for line in self.stop_edit.toPlainText().splitlines() if line)
+        return tuple(read_escapes(line) for line in self.stop_edit.toPlainText().splitlines() if line)
 
     def settings(self) -> SamplerSettings:
         values = {f.name: (int if f.integer else float)(self.editors[f.name].value()) for f in FIELDS}
@@ -168,7 +160,7 @@ class SamplerPanel(QWidget):
             self.editors[f.name].setValue(getattr(s, f.name))
         if s.seed is not None:
             self.seed.setValue(min(s.seed, UI_MAX_SEED))
-        self.stop_edit.setPlainText("\n".join(_escape(x) for x in s.stop))
+        self.stop_edit.setPlainText("\n".join(write_escapes(x) for x in s.stop))
         self.order.setCurrentIndex(max(0, self.order.findData(s.order.value)))
 
     def reset_all(self) -> None:
