@@ -11,6 +11,7 @@ make the text the server streamed (`align`), and every top list is sorted here. 
 from __future__ import annotations
 
 import codecs
+import math
 import re
 import threading
 from collections.abc import Sequence
@@ -35,7 +36,7 @@ class Token:
 
     id: int
     text: str  # what it adds to the output (a half character waits for the token that completes it)
-    logprob: float  # of the drawn token
+    logprob: float | None  # of the drawn token (None: the server did not report it)
     top: tuple[Candidate, ...]  # by log-probability, descending
 
 
@@ -57,28 +58,67 @@ class _Entry:
 
 
 class Vocab:
-    """Token ids for one server: its own ids where it sends them, else one id per distinct token (by bytes),
-    handed out in order. Thread-safe (concurrent samples share it)."""
+    """Token ids for one server: its own ids where it sends them, else the model's own where its tokenizer is known
+    here (`use`), else a negative id per distinct token (by bytes): a name for it in this session, not an id of
+    the model's (`known` tells them apart). Thread-safe (concurrent samples share it)."""
 
     def __init__(self) -> None:
         self._ids: dict[bytes, int] = {}
         self._texts: dict[int, str] = {}
+        self._model_ids: dict[bytes, int] = {}  # the model's vocabulary, by bytes (empty: not known here)
+        self._bytes_of: dict[int, bytes] = {}
+        self._encode: Any = None
         self._lock = threading.Lock()
+
+    def use(self, vocabulary: dict[str, int], encode: Any = None) -> None:
+        """The model's own vocabulary (token string -> id, as a tokenizer.json holds it) and its `encode` (text ->
+        ids), whose split of a text breaks a tie between alignments."""
+        by_bytes: dict[bytes, int] = {}
+        for name, i in sorted(vocabulary.items(), key=lambda kv: kv[1]):
+            by_bytes.setdefault(token_bytes(name), i)
+        with self._lock:
+            self._model_ids, self._encode = by_bytes, encode
+            self._bytes_of = {i: b for b, i in by_bytes.items()}
+
+    def boundaries(self, text: bytes) -> set[int]:
+        """Where the model's tokenizer splits `text` (byte offsets; empty when it is not known here)."""
+        if self._encode is None:
+            return set()
+        try:
+            ids = self._encode(text.decode("utf-8"))
+        except Exception:  # noqa: BLE001 - a text it cannot take: no tie-break
+            return set()
+        ends, off = set(), 0
+        for i in ids:
+            off += len(self._bytes_of.get(i, b""))
+            ends.add(off)
+        return ends
+
+    def model_id(self, data: bytes) -> int | None:
+        """The model's id of the token whose bytes are `data` (None: not a token, or the vocabulary is unknown)."""
+        return self._model_ids.get(data)
+
+    @property
+    def knows_vocabulary(self) -> bool:
+        return bool(self._model_ids)
 
     def id_of(self, data: bytes, server_id: int | None = None) -> int:
         with self._lock:
             if server_id is None:
-                server_id = self._ids.get(data)
+                server_id = self._model_ids.get(data, self._ids.get(data))
                 if server_id is None:
-                    server_id = len(self._texts)
-                    while server_id in self._texts:
-                        server_id += 1
+                    server_id = -1 - sum(1 for i in self._texts if i < 0)
             self._ids.setdefault(data, server_id)
             self._texts.setdefault(server_id, data.decode("utf-8", errors="replace"))
             return server_id
 
     def text(self, token_id: int) -> str:
         return self._texts.get(token_id, f"<{token_id}>")
+
+
+def known(token_id: int) -> bool:
+    """Whether an id is the model's (a negative one names a token the server sent only as text)."""
+    return token_id >= 0
 
 
 # GPT-2's byte-level alphabet: each byte shown as one printable character (Ġ is the space).
@@ -114,9 +154,12 @@ def _cand(obj: Any, token_key: str = "token") -> _Cand:
 
 
 def _logprob(v: Any) -> float:
+    """A log-probability as sent: a number <= 0 (-inf: probability 0; rounding above 0 by up to 1e-3 is 0)."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise MalformedError(f"a log-probability that is not a number: {v!r}")
-    return float(v)
+        raise MalformedError(f"a log-probability that is not a number: {str(v)[:40]!r}")
+    if math.isnan(v) or v > 1e-3:
+        raise MalformedError(f"a log-probability of {v:g}, which no probability has")
+    return min(float(v), 0.0)
 
 
 def _sorted(cands: Sequence[_Cand]) -> tuple[_Cand, ...]:
@@ -169,17 +212,89 @@ def align(choices: Sequence[Sequence[_Cand]], text: bytes) -> list[tuple[int, in
 def _match(choices: Sequence[_Cand], k: int, text: bytes, off: int) -> tuple[int, int] | None:
     """The first candidate from k on that continues `text` at `off`, and where its visible text ends."""
     for j in range(k, len(choices)):
-        data = choices[j].data
-        if data and text.startswith(data, off):
-            return j, off + len(data)
-        if data and data.startswith(text[off:]):
-            return j, len(text)
-        if off == 0 and data[:1].isspace():  # a server may strip the output's leading whitespace
-            rest = data.lstrip()
-            cut = next((m for m in range(len(data) - len(rest) + 1) if text.startswith(data[m:])), None)
-            if cut is not None:
-                return j, len(data) - cut
+        end = _spells(choices[j].data, text, off)
+        if end is not None:
+            return j, end
     return None
+
+
+def _spells(data: bytes, text: bytes, off: int) -> int | None:
+    """Where a token of bytes `data` drawn at `off` ends the visible `text` (None: it does not continue it)."""
+    if data and text.startswith(data, off):
+        return off + len(data)
+    if data and data.startswith(text[off:]):
+        return len(text)  # the text ends inside it (a stop string the server trimmed)
+    if off == 0 and data[:1].isspace():  # a server may strip the output's leading whitespace
+        rest = data.lstrip()
+        cut = next((m for m in range(len(data) - len(rest) + 1) if text.startswith(data[m:])), None)
+        if cut is not None:
+            return len(data) - cut
+    return None
+
+
+UNLISTED = -1  # a pick of `align_unlisted`: the entry drew a token that is not in its reported list
+MAX_SPAN = 16  # bytes an unlisted token may span when the model's vocabulary is not known here
+MAX_STATES = 64  # alignments kept per entry (the likeliest: most listed picks)
+
+
+class UnalignedError(MalformedError):
+    """A reply whose tokens cannot be told apart from its text (said on the run instead of recording wrong steps)."""
+
+
+def align_unlisted(choices: Sequence[Sequence[_Cand]], text: bytes, vocab: Vocab) -> list[tuple[int, int]]:
+    """As `align`, where an entry may have drawn a token outside its reported list (`UNLISTED`: mlx_lm.server
+    reports the top-N but not the token it drew). The alignment with the most listed picks wins, then the one
+    that splits the text most as the model's tokenizer does; an unlisted token is one of the model's vocabulary
+    when it is known here (else up to MAX_SPAN bytes). `UnalignedError` when no
+    alignment spells the text, or when two differ in where the tokens split it."""
+    end_of_text, canonical = len(text), vocab.boundaries(text)
+    layers: list[dict[int, tuple[int, int, tuple[int, int] | None]]] = [{0: (0, 1, None)}]  # off: score, paths, back
+    for cands in choices:
+        layer: dict[int, tuple[int, int, tuple[int, int] | None]] = {}
+        for off, (score, paths, _) in layers[-1].items():
+            if off >= end_of_text:
+                continue
+            for end, (gain, j) in _moves(cands, text, off, vocab).items():
+                gain = gain * (end_of_text + 1) + (end in canonical)  # listed picks first; then the tokenizer's split
+                best = layer.get(end)
+                if best is None or score + gain > best[0]:
+                    layer[end] = (score + gain, paths, (off, j))
+                elif score + gain == best[0]:
+                    layer[end] = (best[0], min(2, best[1] + paths), best[2])
+        if len(layer) > MAX_STATES:
+            layer = dict(sorted(layer.items(), key=lambda kv: -kv[1][0])[:MAX_STATES])
+        layers.append(layer)
+    done = [(layer[end_of_text], k) for k, layer in enumerate(layers) if end_of_text in layer]
+    if not done:
+        raise UnalignedError("the server's reply cannot be aligned token by token: no tokens spell its text")
+    top = max(score for (score, _, _), _ in done)
+    best = [(state, k) for state, k in done if state[0] == top]
+    if len(best) > 1 or best[0][0][1] > 1:
+        raise UnalignedError("the server's reply cannot be aligned token by token: its text splits into its tokens in "
+                        "more than one way (a token it drew is not among the log-probabilities it reported)")
+    (_, _, back), k = best[0]
+    picks, end = [], end_of_text
+    while back is not None:
+        off, j = back
+        picks.append((j, end))
+        k -= 1
+        end, back = off, layers[k][off][2]
+    return picks[::-1]
+
+
+def _moves(cands: Sequence[_Cand], text: bytes, off: int, vocab: Vocab) -> dict[int, tuple[int, int]]:
+    """Where an entry's token may end the text from `off`: end -> (1, j) for a listed candidate (the likeliest
+    first), (0, UNLISTED) for a token outside the list."""
+    moves: dict[int, tuple[int, int]] = {}
+    for j, c in enumerate(cands):
+        end = _spells(c.data, text, off)
+        if end is not None:
+            moves.setdefault(end, (1, j))
+    limit = len(text) if vocab.knows_vocabulary else min(len(text), off + MAX_SPAN)
+    for end in range(off + 1, limit + 1):
+        if end not in moves and (not vocab.knows_vocabulary or vocab.model_id(text[off:end]) is not None):
+            moves[end] = (0, UNLISTED)
+    return moves
 
 
 class TokenMaker:
@@ -193,22 +308,22 @@ class TokenMaker:
     def tokens(self, found: list[_Entry], text: str) -> list[Token]:
         """`found` entries whose drawn tokens made `text` (a streamed chunk, or a whole response)."""
         choices = [e.choices() for e in found]
-        data = text.encode("utf-8")
-        picks = align(choices, data) if data else None
-        if picks is None:  # trust each entry's own token; the text goes with the last one
-            picked = [e.own for e in found]
-            texts = [self.decoder.decode(c.data) for c in picked]
-            if "".join(texts) != text and found:
-                self.decoder.reset()
-                texts = [""] * (len(found) - 1) + [text]
-        else:
-            picked = [c[j] for c, (j, _) in zip(choices, picks, strict=False)]
-            picked += [e.own for e in found[len(picks):]]  # hidden: as the server named them
-            ends = [end for _, end in picks] + [len(data)] * (len(found) - len(picks))
-            texts = [self.decoder.decode(data[a:b]) for a, b in zip([0, *ends], ends, strict=False)]
+        data, pending = text.encode("utf-8"), self.decoder.getstate()[0]
+        if pending and data.startswith(pending):  # the text shows a character begun by an earlier token
+            data = data[len(pending):]
+        if not data:  # nothing visible yet (half a character, a hidden token): as the server named them
+            return [self._token(e, e.own, self.decoder.decode(e.own.data)) for e in found]
+        picks = align(choices, data) or align_unlisted(choices, data, self.vocab)
+        starts = [0, *(end for _, end in picks)]
+        picked = [c[j] if j != UNLISTED else _Cand(None, data[a:end], math.nan)
+                  for c, (j, end), a in zip(choices, picks, starts, strict=False)]
+        picked += [e.own for e in found[len(picks):]]  # hidden: as the server named them
+        ends = [end for _, end in picks] + [len(data)] * (len(found) - len(picks))
+        texts = [self.decoder.decode(data[a:b]) for a, b in zip([0, *ends], ends, strict=False)]
         return [self._token(e, c, t) for e, c, t in zip(found, picked, texts, strict=True)]
 
     def _token(self, entry: _Entry, drawn: _Cand, text: str) -> Token:
         top = tuple(Candidate(self.vocab.id_of(c.data, c.server_id), c.data.decode("utf-8", errors="replace"),
                               c.logprob) for c in entry.top)
-        return Token(self.vocab.id_of(drawn.data, drawn.server_id), text, drawn.logprob, top)
+        logprob = None if math.isnan(drawn.logprob) else drawn.logprob  # an unlisted token's is not reported
+        return Token(self.vocab.id_of(drawn.data, drawn.server_id), text, logprob, top)

@@ -24,7 +24,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         if self.path.rstrip("/").endswith("/models"):
-            self.answer(200, {"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
+            self.answer(200, {"object": "list", "data": self.server.models})
         else:
             self.answer(404, {"error": {"message": "no such path"}})
 
@@ -78,12 +78,16 @@ class _Server(ThreadingHTTPServer):
     bodies: list[dict]
     auth: list[str | None]
     client_left: threading.Event
+    models: list[dict]
+    applied: list[dict]
 
 
 @contextmanager
-def fake_server(behave: Behave) -> Iterator[_Server]:
+def fake_server(behave: Behave, models: list[dict] | None = None) -> Iterator[_Server]:
     server = _Server(("127.0.0.1", 0), Handler)
     server.behave, server.bodies, server.auth, server.client_left = behave, [], [], threading.Event()
+    server.models = list(models or [{"id": "fake-model", "object": "model"}])
+    server.applied = []
     server.url = f"http://127.0.0.1:{server.server_address[1]}/v1"  # type: ignore[attr-defined]
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
@@ -129,5 +133,41 @@ def stream_tokens(n: int, *, delay: float = 0.0, then: Callable[[Handler], None]
         else:
             h.event(chunk("", None, "length"))
             h.end_stream()
+
+    return behave
+
+
+# llama.cpp's server as it ships (llama-cpp-python 0.3.36) --------------------------------------------------------
+LLAMACPP_DEFAULTS = {"temperature": 0.8, "top_p": 0.95, "top_k": 40, "min_p": 0.05, "repeat_penalty": 1.1,
+                     "frequency_penalty": 0.0, "presence_penalty": 0.0}
+LLAMACPP_MODELS = [{"id": "/models/tiny.gguf", "object": "model", "owned_by": "me", "permissions": []}]
+
+
+def llamacpp_like(n: int = 5, delay: float = 0.02) -> Behave:
+    """Streams as llama-cpp-python's server does: its defaults for every sampling field the request leaves out
+    (its own names: `repeat_penalty`; `repetition_penalty` is ignored), the legacy logprobs format with no ids, and
+    a running stream ended ([DONE], no finish, connection dropped) when another request arrives. What it applied
+    is in `server.applied`."""
+    lock = threading.Lock()
+    current: dict[str, Any] = {"gen": 0}
+
+    def behave(h: Handler, body: dict) -> None:
+        with lock:
+            current["gen"] += 1
+            mine = current["gen"]
+        h.server.applied.append({k: body.get(k, v) for k, v in LLAMACPP_DEFAULTS.items()})
+        h.start_stream()
+        for i in range(min(n, body.get("max_tokens") or 16)):
+            if current["gen"] != mine:  # interrupted by a newer request
+                h.event("[DONE]")
+                h.cut()
+                return
+            tok = f"t{i}"
+            h.event({"object": "text_completion", "choices": [{"text": tok, "index": 0, "finish_reason": None,
+                     "logprobs": {"tokens": [tok], "text_offset": [0], "token_logprobs": [-0.5],
+                                  "top_logprobs": [{tok: -0.5, "z": -1.5}]}}]})
+            time.sleep(delay)
+        h.event(chunk("", None, "length"))
+        h.end_stream()
 
     return behave

@@ -124,15 +124,23 @@ def _prompt_lines(req: CodeRequest, var: str, encode: str) -> list[str]:
 def mlx_lm(req: CodeRequest) -> Snippet:
     s = req.settings
     lines = ["# Logit Lab's settings and prompt in mlx-lm (pip install mlx-lm).", "import mlx.core as mx",
-             "from mlx_lm import generate, load", "from mlx_lm.sample_utils import make_logits_processors, "
+             "from mlx_lm import load", "from mlx_lm.generate import generate_step",
+             "from mlx_lm.sample_utils import make_logits_processors, "
              "make_sampler", "", f"model, tokenizer = load({req.model_ref!r})",
              *_prompt_lines(req, "prompt_ids", "tokenizer.encode({0}{1})"), "n_prompt = len(prompt_ids)",
              f"max_tokens = {s.max_tokens}", ""]
     if not greedy(s):
         lines += [*_comment(seed_note(s, "mlx")), f"mx.random.seed({s.seed})"]
     lines += [*_mlx_sampler(s), "", *_mlx_processors(s), "",
-              "text = generate(model, tokenizer, prompt_ids, max_tokens=max_tokens, sampler=sampler,",
-              "                logits_processors=logits_processors)", *_stop_lines(s, "mlx-lm's generate() has none"),
+              *_comment("The tokens one by one, decoded at the end as the app shows them (mlx-lm's generate() "
+                        "drops a leading space of the output)."),
+              "tokens = []",
+              "for token, _ in generate_step(mx.array(prompt_ids), model, max_tokens=max_tokens, sampler=sampler,",
+              "                              logits_processors=logits_processors):",
+              "    if token in tokenizer.eos_token_ids:",
+              "        break",
+              "    tokens.append(token)",
+              "text = tokenizer.decode(tokens)", *_stop_lines(s, "mlx-lm's generate_step() has none"),
               "print(text)"]
     return Snippet("mlx-lm", "python", "\n".join(lines) + "\n")
 

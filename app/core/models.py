@@ -43,7 +43,9 @@ class ModelSpec:
 
     @property
     def label(self) -> str:
-        return f"{self.source} at {self.base_url}" if self.is_remote else model_label(self.source)
+        from backends.remote import where  # (the server as a message names it: never user:password)
+
+        return f"{self.source} at {where(self.base_url)}" if self.is_remote else model_label(self.source)
 
     @property
     def is_remote(self) -> bool:

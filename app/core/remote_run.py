@@ -17,12 +17,14 @@ import secrets
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
-from app.core.events import Event, Finished, FinishReason, Message, Prefilled, Request, Step
+from app.core.events import Event, Finished, FinishReason, Loading, Message, Prefilled, Request, Step
 from app.core.metrics import Clock
 from app.core.models import ModelSpec, is_builtin
 from app.core.secrets import api_key
+from app.core.server_request import OPENAI, Dialect, detect, request_fields
 from app.core.settings import MAX_SEED, SamplerSettings
 from app.core.trace import RunTrace, Sample, StepTrace
 from backends.remote import End, RemoteError, RemoteModel, where
@@ -32,36 +34,15 @@ REPORTED = "raw"  # vLLM, llama.cpp's server and mlx_lm.server report the model'
 POLL_S = 0.05  # how often the run checks Stop while waiting for a token
 
 SERVER_NOTES = {
-    "top_k": "sent as top_k: vLLM, llama.cpp and mlx_lm.server apply it; OpenAI's own API refuses it",
-    "min_p": "sent as min_p: vLLM, llama.cpp and mlx_lm.server apply it; OpenAI's own API refuses it",
-    "repetition_penalty": "sent as repetition_penalty; servers differ in which tokens it counts (mlx_lm.server: "
-                          "the last 20)",
+    "top_k": "sent to vLLM, llama.cpp and mlx_lm.server, off included (0; vLLM: -1); a server not recognised gets "
+             "it only when on (OpenAI's own API refuses it)",
+    "min_p": "sent to vLLM, llama.cpp and mlx_lm.server, off included; a server not recognised gets it only when on",
+    "repetition_penalty": "sent as repetition_penalty (llama.cpp: repeat_penalty), 1 included; servers differ in "
+                          "which tokens it counts (llama.cpp: the last 64 generated, mlx_lm.server: the last 20)",
     "order": "not sent: the server applies its stages in its own order (mlx_lm, llama.cpp: temperature last; "
              "vLLM: temperature first)",
     "seed": "sent: the server draws its own random numbers, so a seed repeats a server's run, not a local one",
 }
-
-
-def server_params(settings: SamplerSettings, seed: int, max_tokens: int | None = None) -> dict[str, Any]:
-    """The request fields for `settings`: the OpenAI ones, and the common extensions only when they are on
-    (a server that does not know them refuses them with its own message)."""
-    s = settings
-    params: dict[str, Any] = {"temperature": s.temperature, "max_tokens": max_tokens or s.max_tokens, "seed": seed}
-    if s.top_p < 1:
-        params["top_p"] = max(s.top_p, 1e-6)  # ours: 0 keeps one token (mlx-lm reads 0 as off, vLLM refuses it)
-    if s.top_k:
-        params["top_k"] = s.top_k
-    if s.min_p:
-        params["min_p"] = s.min_p
-    if s.repetition_penalty != 1:
-        params["repetition_penalty"] = s.repetition_penalty
-    if s.frequency_penalty:
-        params["frequency_penalty"] = s.frequency_penalty
-    if s.presence_penalty:
-        params["presence_penalty"] = s.presence_penalty
-    if s.stop:
-        params["stop"] = list(s.stop)
-    return params
 
 
 def load_remote(spec: ModelSpec, timeout: float | None = None) -> RemoteModel:
@@ -76,21 +57,48 @@ def load_remote(spec: ModelSpec, timeout: float | None = None) -> RemoteModel:
     try:
         served = model.models()
     except RemoteError as e:
-        if model.model and e.status in (200, 404):
-            return model  # a server without a (readable) model list may still complete: its answer will say
+        if model.model and e.model_list_failed:  # a broken model list (mlx_lm.server without a Hugging
+            _learn_vocabulary(model, spec.source)        # Face cache folder): the typed name may still complete
+            return model
         model.close()
         raise
+    model.dialect = detect(served)
     names = [m["id"] for m in served]
     if not model.model and len(names) != 1:
         model.close()
         raise RemoteError(f"{where(model.base_url)} serves {len(names)} models: choose one of {', '.join(names)}")
     model.model = model.model or names[0]
+    _learn_vocabulary(model, spec.source)
     if names and model.model not in names:
         model.close()
         raise RemoteError(f"{where(model.base_url)} has no model {model.model!r}; it serves: {', '.join(names[:8])}")
     entry = next(m for m in served if m["id"] == model.model) if names else {}
     model.info = replace(model.info, name=model.model, context_length=int(entry.get("max_model_len") or 0))
     return model
+
+
+def _learn_vocabulary(model: RemoteModel, source: str) -> None:
+    """The model's own token ids, where its tokenizer is here: the served name (or the name typed) is a local
+    folder or a repository in the Hugging Face cache (never downloaded). Without it, ids the server does not
+    send stay unknown."""
+    from huggingface_hub import try_to_load_from_cache
+    from tokenizers import Tokenizer
+
+    for name in dict.fromkeys(n for n in (model.model, source) if n and not is_builtin(n)):
+        path: Any = Path(name).expanduser() / "tokenizer.json"
+        if not path.is_file():
+            try:
+                path = try_to_load_from_cache(name, "tokenizer.json")
+            except ValueError:  # not a repository id
+                continue
+        if isinstance(path, (str, Path)) and Path(path).is_file():
+            try:
+                tokenizer = Tokenizer.from_file(str(path))
+                model.vocab.use(tokenizer.get_vocab(with_added_tokens=True),
+                                lambda text, t=tokenizer: t.encode(text, add_special_tokens=False).ids)
+                return
+            except Exception:  # noqa: BLE001 - a damaged tokenizer file: ids stay unknown
+                continue
 
 
 CONTINUE = {"continue_final_message": True, "add_generation_prompt": False}  # vLLM: go on with the last message
@@ -128,7 +136,7 @@ def _forced_step(model: RemoteModel, request: Request, prompt: str, messages: li
     the token the branch chose there."""
     clock = Clock()
     clock.prefilled()
-    params = {**server_params(request.settings, seed, 1), **extra}
+    params = {**request_fields(request.settings, seed, 1, dialect(model)), **extra}
     probe = [t for t in model.complete(params, prompt=None if messages else prompt, messages=messages,
                                        top_n=request.top_n) if isinstance(t, Token)]
     seen = probe[0].top if probe else ()
@@ -176,8 +184,9 @@ class _Run:
     trace: RunTrace
     clock: Clock
     reason: FinishReason | None = None
-    prompt_tokens: int = 0
+    prompt_tokens: int | None = None  # as the server reported them (None: it did not)
     received: int = 0  # tokens from the server (after the inherited and forced ones)
+    stop: threading.Event = field(default_factory=threading.Event)  # set: close this sample's stream
     steps: list[StepTrace] = field(default_factory=list)
 
 
@@ -207,43 +216,61 @@ def run_remote(model: RemoteModel, request: Request, cancel: threading.Event) ->
     yield from _stream_all(model, request, runs, prompt, messages, extra, cancel)
 
 
+def dialect(model: RemoteModel) -> Dialect:
+    """The server's dialect, as `load_remote` recognised it (a model connected otherwise: OpenAI's)."""
+    return model.dialect or OPENAI
+
+
 def _stream_all(model: RemoteModel, request: Request, runs: list[_Run], prompt: str, messages: list | None,
                 extra: dict, cancel: threading.Event) -> Iterator[Event]:
-    """Start one request per sample (at most `concurrency` at once) and turn what arrives into events."""
+    """Start one request per sample (at most `concurrency` at once; one at a time on a server that interrupts a
+    stream when another request arrives) and turn what arrives into events. No sample gets more than its
+    max_tokens, whatever the server streams."""
     inbox: queue.Queue[tuple[int, Token | End | RemoteError]] = queue.Queue()
-    stop, gate = threading.Event(), threading.BoundedSemaphore(max(1, request.model.concurrency))
+    kind = dialect(model)
+    one_by_one = kind.interrupts_streams and len(runs) > 1
+    gate = threading.BoundedSemaphore(1 if one_by_one else max(1, request.model.concurrency))
     left = request.settings.max_tokens - (request.force is not None)
+    if one_by_one:
+        yield Loading(request.id, f"{kind.name}'s server ends a stream when another request arrives: the "
+                                  f"{len(runs)} samples run one after another")
     for run in runs:
-        params = {**server_params(request.settings, run.trace.seed, max(left, 1)), **extra}
+        params = {**request_fields(request.settings, run.trace.seed, max(left, 1), kind), **extra}
         if request.ignore_eos:  # vLLM's extension (benchmarks: every request runs its full length)
             params["ignore_eos"] = True
+        run.trace.model.update(server_kind=kind.name, sent=params)
         threading.Thread(target=_read, args=(model, params, prompt, messages, request.top_n, run.sequence, inbox,
-                                             stop, gate), daemon=True, name=f"logitlab-remote-{run.id}").start()
+                                             run.stop, gate), daemon=True, name=f"logitlab-remote-{run.id}").start()
     open_runs = {run.sequence: run for run in runs}
     if left < 1:  # the forced token was the last one asked for
-        stop.set()
         for run in runs:
+            run.stop.set()
             yield _finish(request, run, "length")
         return
     while open_runs:
         if cancel.is_set():
-            stop.set()
             for run in open_runs.values():
+                run.stop.set()
                 yield _finish(request, run, "cancelled")
             return
         try:
             i, item = inbox.get(timeout=POLL_S)
         except queue.Empty:
             continue
-        run = open_runs[i]
-        if isinstance(item, Token):
+        run = open_runs.get(i)
+        if run is None:  # what a stream sent after its sample ended (max_tokens reached here)
+            continue
+        if isinstance(item, Token) and run.received >= left:  # enforced here: a server streaming on is not followed
+            run.stop.set()
+            yield _finish(request, open_runs.pop(i), "length", model.streams_logprobs)
+        elif isinstance(item, Token):
             seconds = run.clock.token()
             if model.streams_logprobs is False and run.received:  # a whole answer: one arrival, no per-token time
                 seconds = 0.0
             run.received += 1
             yield _step(request, run, _record(item, len(run.steps), seconds, request.top_n))
         elif isinstance(item, End):
-            run.prompt_tokens = item.prompt_tokens or 0
+            run.prompt_tokens = item.prompt_tokens
             yield _finish(request, open_runs.pop(i), _reason(item, request.settings), model.streams_logprobs)
         else:  # this sample's error ends this sample: the others go on
             yield _finish(request, open_runs.pop(i), "error", message=str(item))
@@ -274,16 +301,18 @@ def _record(token: Token, step: int, seconds: float, top_n: int) -> StepTrace:
 def _step(request: Request, run: _Run, st: StepTrace) -> Step:
     run.steps.append(st)
     run.trace.steps.append(st)
-    return Step(request.id, st.step, st.token_id, st.text, st, 0, run.id, run.sequence)
+    return Step(request.id, st.step, st.token_id, st.text, st, None, run.id, run.sequence)
 
 
 def _finish(request: Request, run: _Run, reason: FinishReason, streamed: bool | None = True,
             message: str = "") -> Finished:
     """The run's end. What a server's stream shows of its time: the prefill within the time to first token; a
-    whole answer arrives at once, so neither its prefill nor its decode speed is measured (0: not known)."""
-    m = run.clock.metrics(run.prompt_tokens, 0)
+    whole answer arrives at once, so neither its prefill nor its decode speed is measured. What a server does not
+    show is None (not measured): its KV cache, the prompt's tokens when it does not report them, and for a whole
+    answer its prefill, decode and inter-token times."""
+    m = run.clock.metrics(run.prompt_tokens, None)
     metrics = replace(m, prefill_s=m.ttft_s) if streamed is not False else replace(
-        m, prefill_s=0.0, decode_s=0.0, itl_mean_s=0.0, itl_p95_s=0.0)
+        m, prefill_s=None, decode_s=None, itl_mean_s=None, itl_p95_s=None)
     run.trace.finish_reason, run.trace.metrics, run.trace.finish_message = reason, metrics, message
     return Finished(request.id, reason, metrics, run.trace, run.id, run.sequence, message)
 

@@ -235,7 +235,18 @@ class StepTrace:
     @property
     def raw_prob(self) -> float | None:
         lp = self.sample.raw_logprob
-        return None if lp is None else math.exp(lp)
+        return None if lp is None else math.exp(min(lp, 0.0))  # (a damaged file's log-probability above 0: 1)
+
+    @property
+    def drawn_prob(self) -> tuple[float | None, Literal["sampled", "model"] | None]:
+        """The best known probability of the drawn token, and which one it is: in the distribution it was drawn
+        from ("sampled") where that was recorded, else under the model ("model": a server that reports the model's
+        log-probabilities samples by itself, unobserved); (None, None) where neither was reported."""
+        if (p := self.prob) is not None:
+            return p, "sampled"
+        if (p := self.raw_prob) is not None:
+            return p, "model"
+        return None, None
 
     @property
     def top_n(self) -> int:
@@ -253,17 +264,23 @@ class StepTrace:
         """The step as the command line's --json prints it."""
         s = self.sample
         raw, final = s.raw_probs, s.final_probs
-        top = [{"token_id": int(s.top_ids[i]), "text": text, "raw_prob": _num(raw, i), "prob": _num(final, i),
+        top = [{"token_id": model_id(s.top_ids[i]), "text": text, "raw_prob": _num(raw, i), "prob": _num(final, i),
                 "cut_by": self.cut_by(i)} for i, text in enumerate(self.top_texts)]
         prob = s.prob
         return {
-            "step": self.step, "token_id": s.token, "text": self.text, "prob": prob,
+            "step": self.step, "token_id": model_id(s.token), "text": self.text, "prob": prob,
             "logprob": None if prob is None else math.log(prob) if prob > 0 else float("-inf"),
             "raw_prob": self.raw_prob, "raw_logprob": s.raw_logprob, "rank": s.rank, "entropy": s.entropy,
             "final_entropy": s.final_entropy, "stages": list(s.stage_names),
             "kept_counts": s.kept_counts.tolist(), "thresholds": _floats(s.thresholds, none_for_nan=True),
             "reported": s.reported, "u": s.u, "seconds": self.seconds, "top": top,
         }
+
+
+def model_id(token: Any) -> int | None:
+    """A token's id as the user sees it: None where the model's id is not known (a server that names tokens only by
+    their text, for a model whose tokenizer is not here: a negative id in the record)."""
+    return int(token) if token >= 0 else None
 
 
 def _num(a: np.ndarray | None, i: int) -> float | None:

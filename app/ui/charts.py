@@ -331,6 +331,18 @@ class StepChart(ThemedPlot):
         self._fit_note()
 
 
+def _set_known(item: pg.PlotDataItem, x: np.ndarray, v: np.ndarray) -> None:
+    """Draw `v` over `x` where it is known: nothing when no value is, gaps where some are not (NaN, which the
+    curve then skips instead of drawing a 0)."""
+    known = np.isfinite(v)
+    if not known.any():
+        item.setData([], [])
+    elif known.all():
+        item.setData(x, v, connect="all", skipFiniteCheck=True)
+    else:
+        item.setData(x, np.where(known | np.isnan(v), v, 0.0), connect="finite", skipFiniteCheck=False)
+
+
 class TimelineChart(ThemedPlot):
     """Chosen-token probability (left axis, an area) and entropy (right axis, a line) per step, both or either
     (`chart_host.SERIES`); click to select a step. The most uncertain steps (`uncertain_steps`) carry a mark:
@@ -377,6 +389,18 @@ class TimelineChart(ThemedPlot):
         self.diverged_line = pg.InfiniteLine(angle=90, pen=pg.mkPen(DIVERGED, width=1, style=Qt.PenStyle.DashLine),
                                              label="differs", labelOpts={"position": 0.92, "color": DIVERGED})
         self.addItem(self.diverged_line)
+        # what a partial record (a server's) could not say, over the plot's top left corner (fixed on the screen),
+        # wrapped at the plot's width
+        self.note = pg.TextItem(anchor=(0, 0), color=QColor(110, 110, 110))
+        small = QFont(self.font())
+        small.setPointSizeF(max(6.0, small.pointSizeF() * 0.85))
+        self.note.setFont(small)
+        self.note.setParentItem(pi.vb)
+        self.note.setPos(2, 0)
+        self.note.setZValue(20)
+        pi.vb.sigResized.connect(self._fit_note)
+        self._series = "both"
+        self._said: tuple[bool, bool, bool, str] | None = None  # what the labels and the note say now
         self.scene().sigMouseClicked.connect(self._clicked)
         self.scene().sigMouseMoved.connect(self._hover)
         self._due = 0  # the step the next deferred redraw puts the cursor on
@@ -387,6 +411,9 @@ class TimelineChart(ThemedPlot):
     def _sync_views(self) -> None:
         self.vb2.setGeometry(self.getPlotItem().vb.sceneBoundingRect())
 
+    def _fit_note(self) -> None:
+        self.note.setTextWidth(max(120.0, self.getPlotItem().vb.width() - 8))
+
     def show_series(self, which: str) -> None:
         """Draw both curves ("both"), or only "prob" or only "entropy", each with its own axis. The uncertain
         marks stay: they sit at their entropy, on the right axis's scale."""
@@ -396,11 +423,14 @@ class TimelineChart(ThemedPlot):
         pi.showAxis("left", prob)
         self.entropy.setVisible(entropy)
         pi.showAxis("right", entropy)
+        self._series = which
+        self._say()
 
     def clear_run(self) -> None:
         self._later.stop()
         self._p = np.zeros(1024)
         self._h = np.zeros(1024)
+        self._model = np.zeros(1024, dtype=bool)  # step i's p is under the model (its sampled p not observed)
         self.n = 0
         self.prob.setData([], [])
         self.entropy.setData([], [])
@@ -409,6 +439,7 @@ class TimelineChart(ThemedPlot):
         self.marks.setData([], [])
         self.diverged_line.setVisible(False)
         self.getPlotItem().setXRange(0, 10, padding=0.02)  # steps, not a unitless axis around 0
+        self._say()
 
     def mark_divergence(self, step: int) -> None:
         self.diverged_line.setValue(step)
@@ -418,13 +449,16 @@ class TimelineChart(ThemedPlot):
         self.uncertain_above = nats
         self.redraw()
 
-    def append(self, probs: list[float], entropies: list[float]) -> None:
+    def append(self, probs: list[float], entropies: list[float], under_model: list[bool] | None = None) -> None:
+        """Steps' p(drawn) and entropy (NaN: not recorded); `under_model`: which p is the model's probability of
+        the drawn token, given where the probability it was drawn with was not observed (a server's record)."""
         k = len(probs)
         if self.n + k > self._p.size:
             size = max(self._p.size * 2, self.n + k)
-            self._p, self._h = np.resize(self._p, size), np.resize(self._h, size)
+            self._p, self._h, self._model = (np.resize(a, size) for a in (self._p, self._h, self._model))
         self._p[self.n : self.n + k] = probs
         self._h[self.n : self.n + k] = entropies
+        self._model[self.n : self.n + k] = False if under_model is None else under_model
         self.n += k
 
     def redraw(self) -> None:
@@ -435,26 +469,54 @@ class TimelineChart(ThemedPlot):
                 item.setSymbol(symbol)
                 item.setSymbolSize(4)
         p, h = self._p[: self.n], self._h[: self.n]
-        known = np.isfinite(p).any(), np.isfinite(h).any()  # a server's run reports neither: nothing drawn
-        self.prob.setData(x if known[0] else [], finite(p) if known[0] else [])
+        for item, v in ((self.prob, p), (self.entropy, h)):
+            _set_known(item, x, v)
         h = finite(h)
-        self.entropy.setData(x if known[1] else [], h if known[1] else [])
         marked = uncertain_steps(self._h[: self.n], above=self.uncertain_above)
         self.marks.setData(marked, h[marked] if marked else [])
         self.vb2.setYRange(0, max(1.0, float(h.max()) * 1.05 if self.n else 1.0), padding=0)
         self.getPlotItem().setXRange(0, max(self.n - 1, 10), padding=0.02)
         for vb in (self.getPlotItem().vb, self.vb2):  # the new range applied now: applied in the paint, it moves
             vb.prepareForPaint()  # the items again and asks for a second paint of the whole chart
+        self._say()
+
+    def _say(self) -> None:
+        """Name what is drawn: p(drawn) under the model where a server's sampling was not observed, and an
+        entropy that was not reported, on the left axis and in the note (set only when what they say changes)."""
+        n = self.n
+        model = bool(self._model[:n].any())
+        all_model = model and bool(self._model[:n].all())
+        no_entropy = n > 0 and bool(np.isnan(self._h[:n]).any())
+        said = (model, all_model, no_entropy, self._series)
+        if said == self._said:
+            return
+        self._said = said
+        # short: the axis is as tall as the plot (~80 px in a 900 x 600 window)
+        left = self.getPlotItem().getAxis("left")  # the axis's own: PlotItem.setLabel would show a hidden axis
+        if (label := "p (model)" if all_model else "p(drawn)") != left.labelText:
+            left.setLabel(label, color=FINAL.name())
+        parts = []
+        if model and self._series != "entropy":
+            parts.append("p under the model (the server's sampling not observed)" if all_model else
+                         "p under the model where the server's sampling was not observed")
+        if no_entropy and self._series != "prob":
+            parts.append("entropy not reported" + (" for some steps" if np.isfinite(self._h[:n]).any() else ""))
+        self.note.setText(" · ".join(parts))
+        self.note.fill = pg.mkBrush(_faded(self.palette().color(QPalette.ColorRole.Base), 215))
+        self.note.setVisible(bool(parts))
 
     def set_cursor(self, step: int) -> None:
         self.cursor.setValue(step)
         self.cursor.setVisible(self.n > 0)
 
     def append_steps(self, steps: list[Step]) -> None:
-        traces = [s.trace for s in steps if s.trace is not None]
-        nan = float("nan")  # not reported (a server's partial trace): the timeline shows a gap, not a number
-        self.append([nan if t.prob is None else t.prob for t in traces],
-                    [nan if t.sample.entropy is None else t.sample.entropy for t in traces])
+        """Each step's best known p(drawn) (`StepTrace.drawn_prob`: a server's record gives the model's) and its
+        entropy; what was not reported is NaN: a gap, never a number."""
+        known = [(s.trace.drawn_prob, s.trace.sample.entropy) for s in steps if s.trace is not None]
+        nan = math.nan
+        self.append([nan if p is None else p for (p, _), _h in known],
+                    [nan if h is None else h for _p, h in known],
+                    [kind == "model" for (_, kind), _h in known])
 
     def show_step(self, _i: int, trace: StepTrace, streaming: bool = False) -> None:
         """Redraw with the cursor on `trace`'s step; while a run streams, half a chart interval later, so that this
@@ -476,8 +538,12 @@ class TimelineChart(ThemedPlot):
         if not 0 <= step < self.n:
             return ""
         p, h = float(self._p[step]), float(self._h[step])
-        return (f"step {step} · p(drawn) {'?' if math.isnan(p) else format_prob(p)} · entropy "
-                f"{'?' if math.isnan(h) else f'{h:.2f}'} nats — click to select")
+        name = "p(drawn) under the model" if self._model[step] else "p(drawn)"
+        tip = f"step {step} · {name} {'not reported' if math.isnan(p) else format_prob(p)}"
+        if self._model[step]:
+            tip += " (the server's sampling not observed)"
+        tip += " · entropy " + ("not reported" if math.isnan(h) else f"{h:.2f} nats")
+        return tip + " — click to select"
 
     def _hover(self, pos: object) -> None:
         x = self.getPlotItem().vb.mapSceneToView(pos).x()

@@ -125,7 +125,7 @@ class ModelBar(QWidget):
         source = self.source()
         if self.is_remote():
             return ModelSpec(source=source, backend="remote", base_url=self.remote.base_url(),
-                             concurrency=self.remote.concurrency.value())
+                             api_key_env=self.remote.api_key_env(), concurrency=self.remote.concurrency.value())
         allowed = self.opt_ins.get(source, []) + self.cli_opt_ins.get(source, [])
         opts = dataclasses.replace(self.base_options, device=self.device.currentData(), dtype=self.dtype.currentData(),
                                    quantize_bits=self.quantize.currentData(), threads=self.threads.value() or None,
@@ -139,7 +139,9 @@ class ModelBar(QWidget):
 
     def show_options(self, spec: ModelSpec) -> None:
         """The fields as `spec` (the command line's) asks: device, dtype, quantization, threads; a server's URL
-        and concurrency when it names one. What the bar has no field for travels on in `base_options`."""
+        and concurrency when it names one, and the environment variable that holds its key (for the URL shown,
+        the command line's or else the one kept in the preferences). What the bar has no field for travels on in
+        `base_options`."""
         o = spec.options
         for box, value in ((self.device, o.device), (self.dtype, o.dtype), (self.quantize, o.quantize_bits)):
             box.setCurrentIndex(max(0, box.findData(value)) if value is not None else 0)  # 0: auto / full precision
@@ -149,6 +151,7 @@ class ModelBar(QWidget):
         if spec.base_url:
             self.remote.url.setText(spec.base_url)
             self.remote.concurrency.setValue(spec.concurrency)
+        self.remote.set_key_env(spec.api_key_env)
 
     def set_backend(self, name: str) -> None:
         i = self.backend.findData(name)
@@ -198,7 +201,10 @@ class ModelBar(QWidget):
 
     def browse(self) -> None:
         if self.is_remote():  # the server's own list, fetched off the UI thread
-            self.show_status(f"Asking {self.remote.base_url() or 'the server'} for its models…")
+            from backends.remote import where
+
+            url = self.remote.base_url()
+            self.show_status(f"Asking {where(url) if url else 'the server'} for its models…")
             self.remote.list_models()
             return
         picker = self.make_picker()

@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QLabel, QMenu, QSizePolicy, QVBoxLayout, QWidget
 from app.core.sampling import Sample
 from app.core.trace import StepTrace
 from app.ui.chart_host import EMPTY, ChartHost
-from app.ui.token_view import visible
+from app.ui.token_view import format_prob, visible
 
 if TYPE_CHECKING:
     from app.ui.playground import Playground
@@ -84,10 +84,15 @@ class StepPanel(QWidget):
         self.trace = trace
         s = trace.sample
         self.chart.show_sample(s, trace.top_texts)
-        p = "?" if s.prob is None else f"{s.prob:.3f}"
+        drew = f"<b>Step {trace.step}</b> — drew <code>{_visible(trace.text)}</code>"
+        p, kind = trace.drawn_prob
+        if kind == "model":  # a server's record: the model's probability; the server's sampling not observed
+            rank = "" if s.rank is None else f", rank {s.rank}"
+            self.title.setText(f"{drew} with p under the model = {format_prob(p)}{rank} "
+                               "<span style='color:gray'>(the server's sampling not observed)</span>")
+            return
         model = "not reported" if trace.raw_prob is None else f"{trace.raw_prob:.3f}, rank {s.rank}"
-        self.title.setText(f"<b>Step {trace.step}</b> — drew <code>{_visible(trace.text)}</code> "
-                           f"with p = {p} (model: {model})")
+        self.title.setText(f"{drew} with p = {'?' if p is None else f'{p:.3f}'} (model: {model})")
 
     def preview(self, sample: Sample | None, trace: StepTrace) -> None:
         """Step `trace` re-sampled under the panel's settings (`sample`; None: the same as recorded)."""

@@ -32,6 +32,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QMenu, QSizePolicy, QTextEdit
 from app.core.events import Step
 from app.core.export import SHADES, shade, shade_rgba
 from app.core.surprisal import PromptScore
+from app.core.trace import model_id
 
 if TYPE_CHECKING:
     from app.ui.playground import Playground
@@ -120,6 +121,21 @@ class TokenSpans(QTextEdit):
     def span_tooltip(self, i: int) -> str:
         return ""
 
+    def span_count(self) -> int:
+        return len(self._starts)
+
+    def span_text(self, i: int) -> str:
+        cur = QTextCursor(self.document())
+        cur.setPosition(self._starts[i])
+        cur.setPosition(self.span_end(i), QTextCursor.MoveMode.KeepAnchor)
+        return cur.selectedText().replace("\u2029", "\n")  # Qt's paragraph separator
+
+    def span_format(self, i: int) -> QTextCharFormat:
+        """The character format a span is drawn with (what a test holds to the record)."""
+        cur = QTextCursor(self.document())
+        cur.setPosition(self._starts[i] + 1)  # the format of the character before the cursor
+        return cur.charFormat()
+
     def mouseMoveEvent(self, e: QMouseEvent) -> None:  # noqa: N802 - Qt override
         i = self.span_at(e.position().toPoint())
         tip = self.span_tooltip(i) if i is not None else ""
@@ -157,6 +173,7 @@ class TokenText(TokenSpans):
         self._traces: dict[int, object] = {}
         self._selected: int | None = None
         self._branch: int | None = None  # the step where this run left its parent: the steps before are its
+        self.shaded_by: set[str] = set()  # which probabilities shade the tokens: "sampled", "model" (drawn_prob)
 
     def set_branch(self, step: int | None) -> None:
         """Steps before `step` were taken over from the parent: they are drawn muted (None: a root run)."""
@@ -194,8 +211,11 @@ class TokenText(TokenSpans):
             if not s.text:
                 continue
             self._step_of.append(s.step)
-            level = shade(s.trace.prob) if s.trace is not None else None
-            fmt = self._formats[level] if level is not None else self._plain  # a server's run: not recorded
+            p, kind = s.trace.drawn_prob if s.trace is not None else (None, None)  # a server's: under the model
+            level = shade(p)
+            fmt = self._formats[level] if level is not None else self._plain  # no probability reported
+            if kind is not None:
+                self.shaded_by.add(kind)
             if self._branch is not None:
                 fmt = self._branch_format(fmt, s.step, s.token_id)
             self.insert_span(cursor, s.text, fmt)
@@ -238,13 +258,21 @@ class TokenText(TokenSpans):
         t = self._traces.get(step)
         if t is None:
             return ""
-        rows = [f"<b>step {step}</b> · token {t.token_id} <code>{html.escape(visible(t.text))}</code>",
-                f"p = {_num(t.prob)} (model: {_num(t.raw_prob)}) · rank {_num(t.sample.rank, 'd')} · "
-                f"entropy {_num(t.sample.entropy, '.2f')} nats", "<i>alternatives (model probability):</i>"]
+        s = t.sample
+        if t.prob is None and t.raw_prob is not None:  # a server's record: it sampled by itself, unobserved
+            p = (f"p under the model = <b>{format_prob(t.raw_prob)}</b> "
+                 "<span style='color:gray'>(the server's sampling not observed)</span>")
+        else:
+            p = f"p = <b>{_prob(t.prob)}</b> (model: {_prob(t.raw_prob)})"
+        rank = "not reported" if s.rank is None else f"{s.rank}"
+        entropy = "not reported" if s.entropy is None else f"{s.entropy:.2f} nats"
+        named = f"token {t.token_id} " if model_id(t.token_id) is not None else "token "
+        rows = [f"<b>step {step}</b> · {named}<code>{html.escape(visible(t.text))}</code>", p,
+                f"rank {rank} · entropy {entropy}", "<i>alternatives (model probability):</i>"]
         for i, rp in enumerate(t.raw_top_probs(6)):
-            mark = "▶ " if int(t.sample.top_ids[i]) == t.token_id else ""
+            mark = "▶ " if int(s.top_ids[i]) == t.token_id else ""
             cut = t.cut_by(i)
-            rows.append(f"{mark}<code>{html.escape(visible(t.top_texts[i]))}</code> {rp:.3f}"
+            rows.append(f"{mark}<code>{html.escape(visible(t.top_texts[i]))}</code> {format_prob(rp)}"
                         + (f" <span style='color:gray'>cut by {cut}</span>" if cut else ""))
         rows.append("<i>Right-click to continue with another token from here</i>")
         return "<br>".join(rows)
@@ -257,7 +285,7 @@ class TokenText(TokenSpans):
         for i, rp in enumerate(t.raw_top_probs(ALTERNATIVES + 1)):
             token = int(t.sample.top_ids[i])
             if token != t.token_id:
-                label = f"Continue with “{visible(t.top_texts[i])}” from here  ({rp:.3f})"
+                label = f"Continue with “{visible(t.top_texts[i])}” from here  ({format_prob(rp)})"
                 menu.addAction(label, lambda token=token: self.fork_requested.emit(step, token))
         menu.addAction("Regenerate from here (new seed)", lambda: self.regenerate_requested.emit(step))
 
@@ -280,12 +308,23 @@ class TokenText(TokenSpans):
         super().mousePressEvent(e)
 
 
+SHADING = {  # what shades the output's tokens (TokenText.shaded_by): the legend's label and tooltip
+    frozenset({"sampled"}): ("p = 0", "Background shade = probability of the drawn token in the final distribution"),
+    frozenset({"model"}): ("p under the model = 0", "Background shade = the drawn token's probability under the "
+                           "model, as the server reported it: the server samples by itself, and the distribution "
+                           "it drew from was not observed"),
+    frozenset({"sampled", "model"}): ("p (or under the model) = 0", "Background shade = probability of the drawn "
+                                      "token in the final distribution; under the model for the steps a server "
+                                      "drew, whose sampling was not observed"),
+}
+
+
 class Legend(QWidget):
     """A gradient bar: the shade each value gets. `color(x)` for x in 0..1, drawn over the text's background
     so translucent shades look as they do behind the text."""
 
     def __init__(self, color: Callable[[float], QColor] = lambda x: QColor(*shade_rgba(shade(x))[:3]),
-                 tip: str = "Background shade = probability of the drawn token in the final distribution",
+                 tip: str = SHADING[frozenset({"sampled"})][1],
                  width: int = 140, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._color = color
@@ -317,9 +356,12 @@ class TokenView(QWidget):
         self.branch_note = QLabel(styleSheet="color: gray")
         self.branch_note.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # cut, not widened
         legend.addWidget(self.branch_note, 1)
-        legend.addWidget(QLabel("p = 0"))
-        legend.addWidget(Legend())
-        legend.addWidget(QLabel("1"))
+        self.scale = QLabel()  # what the shading is: "p = 0", or under the model (a server's run)
+        self.legend = Legend()
+        self._shading: frozenset[str] = frozenset()
+        self._name_shading()
+        for w in (self.scale, self.legend, QLabel("1")):
+            legend.addWidget(w)
         box = QVBoxLayout(self)
         box.setContentsMargins(0, 0, 0, 0)
         box.addLayout(legend)
@@ -329,17 +371,32 @@ class TokenView(QWidget):
         """The shown run's text as it streams, its end, the token of the step shown; a click selects a step.
         While the latest step streams by, no token is selected: it moves too fast to follow."""
         t = self.text
-        pg.run_started.connect(lambda request: (t.clear_run(), t.set_branch(pg.branch_step), self._note(request)))
-        pg.cleared.connect(lambda: (t.clear_run(), t.set_branch(None), self.branch_note.setText("")))
+        pg.run_started.connect(lambda request: (t.clear_run(), t.set_branch(pg.branch_step), self._note(request),
+                                                self._name_shading()))
+        pg.cleared.connect(lambda: (t.clear_run(), t.set_branch(None), self.branch_note.setText(""),
+                                    self._name_shading()))
         pg.diverged.connect(t.mark_divergence)
         t.fork_requested.connect(self.fork_requested)
         t.regenerate_requested.connect(self.regenerate_requested)
-        pg.steps_appended.connect(t.append_steps)
+        pg.steps_appended.connect(self.append_steps)
         pg.finished.connect(lambda ev: t.mark_end(ev.reason))
         pg.step_shown.connect(lambda _i, trace: t.select(None if pg.following else trace.step))
         pg.preview_changed.connect(lambda _s, trace: t.select(trace.step))
         t.step_clicked.connect(pg.select_step)
 
+    def append_steps(self, steps: list[Step]) -> None:
+        self.text.append_steps(steps)
+        self._name_shading()
+
+    def _name_shading(self) -> None:
+        """The legend says which probability shades the tokens (a server's run: the model's); set on a change."""
+        shading = frozenset(self.text.shaded_by) or frozenset({"sampled"})
+        if shading != self._shading:
+            self._shading = shading
+            label, tip = SHADING[shading]
+            self.scale.setText(label)
+            for w in (self.scale, self.legend):
+                w.setToolTip(tip)
 
     def _note(self, request: object) -> None:
         """Where the shown branch left its parent, and what the marks mean."""
@@ -385,21 +442,6 @@ class SurprisalText(TokenSpans):
     def clear_score(self) -> None:
         self.clear_spans()
         self.score = None
-
-    def span_count(self) -> int:
-        return len(self._starts)
-
-    def span_text(self, i: int) -> str:
-        cur = QTextCursor(self.document())
-        cur.setPosition(self._starts[i])
-        cur.setPosition(self.span_end(i), QTextCursor.MoveMode.KeepAnchor)
-        return cur.selectedText().replace("\u2029", "\n")  # Qt's paragraph separator
-
-    def span_format(self, i: int) -> QTextCharFormat:
-        """The character format a span is drawn with (what a test holds to the record)."""
-        cur = QTextCursor(self.document())
-        cur.setPosition(self._starts[i] + 1)  # the format of the character before the cursor
-        return cur.charFormat()
 
     def span_tooltip(self, i: int) -> str:
         return surprisal_tooltip(self.score, i, self._text_of) if self.score is not None else ""
@@ -487,6 +529,6 @@ class SurprisalView(QWidget):
         self.set_status("")
 
 
-def _num(x: float | None, spec: str = ".3f") -> str:
-    """A recorded number, or a dash where the backend could not observe it (a server's partial trace)."""
-    return "—" if x is None else format(x, spec)
+def _prob(x: float | None) -> str:
+    """A recorded probability, or a dash where the backend could not observe it (a server's partial trace)."""
+    return "—" if x is None else format_prob(x)

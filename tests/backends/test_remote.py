@@ -22,14 +22,15 @@ from app.core.events import Failed, Finished, Loaded, Prefilled, Request, Step
 from app.core.generation import generate
 from app.core.model_thread import ModelThread
 from app.core.models import BUILTIN_PATH, ModelSpec
-from app.core.remote_run import load_remote, server_params
+from app.core.remote_run import load_remote
+from app.core.server_request import request_fields
 from app.core.settings import SamplerSettings
 from app.core.trace import RunTrace
 from backends import installed
 from backends.base import LoadOptions
 from backends.remote import RemoteError, RemoteModel
 from backends.remote_tokens import align, token_bytes
-from tests.remote_fake import TOKENS, chunk, entry, fake_server, stream_tokens
+from tests.remote_fake import LLAMACPP_MODELS, TOKENS, chunk, entry, fake_server, llamacpp_like, stream_tokens
 
 GREEDY = SamplerSettings(temperature=0, max_tokens=10)
 
@@ -309,7 +310,7 @@ def test_an_http_error_gives_one_clear_line(code: int, words: str):
 def test_429_says_when_to_retry():
     with (served(status(429, {"error": "slow down"}, {"Retry-After": "7"})) as (_, model),
           pytest.raises(RemoteError, match=r"rate-limiting.*wait 7 s.*slow down") as e):
-        list(model.complete(server_params(GREEDY, 1), prompt="hi"))
+        list(model.complete(request_fields(GREEDY, 1), prompt="hi"))
     assert e.value.retry_after == 7
 
 
@@ -507,3 +508,64 @@ def test_cli_a_run_the_server_cuts_keeps_its_tokens_and_exits_1(capsys, tmp_path
         assert main(["bench", "--backend", "remote", "--base-url", srv.url, "--model", "fake-model", "--tokens", "4",
                      "--prompt-tokens", "8", "--repeat", "1"]) == 1
         assert "requests failed" in capsys.readouterr().err
+
+
+# what the user set arrives as set ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("settings", [GREEDY, SamplerSettings(temperature=0.7, top_k=12, top_p=0.8, min_p=0.05,
+                                                               repetition_penalty=1.3, max_tokens=5, seed=4)])
+def test_llama_cpp_gets_every_setting_under_its_names_and_the_trace_records_what_was_sent(settings):
+    with fake_server(llamacpp_like(), LLAMACPP_MODELS) as srv:
+        spec = ModelSpec(source="", backend="remote", base_url=srv.url)
+        with closing(load_remote(spec)) as model:
+            (end,) = finished(run(model, Request(model=spec, prompt="hi", settings=settings)))
+    s = settings
+    assert srv.applied == [{"temperature": s.temperature, "top_p": s.top_p, "top_k": s.top_k, "min_p": s.min_p,
+                            "repeat_penalty": s.repetition_penalty, "frequency_penalty": 0, "presence_penalty": 0}]
+    assert "repetition_penalty" not in srv.bodies[0]  # llama.cpp ignores that name: its default would apply
+    sent = end.trace.model["sent"]
+    assert end.trace.model["server_kind"] == "llama-cpp-python" and sent["repeat_penalty"] == s.repetition_penalty
+    assert {k: srv.bodies[0][k] for k in sent} == sent  # the trace holds what was sent, as sent
+    ids = [st.token_id for st in end.trace.steps]  # the server sends no ids and the model's tokenizer is not here
+    assert ids and all(i < 0 for i in ids) and len(set(ids)) == len(ids)
+
+
+def test_samples_run_one_after_another_on_a_server_that_interrupts_concurrent_streams():
+    with fake_server(llamacpp_like(n=6), LLAMACPP_MODELS) as srv:
+        spec = ModelSpec(source="", backend="remote", base_url=srv.url, concurrency=4)
+        with closing(load_remote(spec)) as model:
+            evs = run(model, Request(model=spec, prompt="hi", settings=SamplerSettings(max_tokens=6, seed=1), n=3))
+    ends = sorted(finished(evs), key=lambda e: e.sequence)
+    assert [e.reason for e in ends] == ["length"] * 3 and [len(e.trace.steps) for e in ends] == [6, 6, 6]
+    assert any("one after another" in getattr(e, "message", "") for e in evs)
+
+
+def test_an_unknown_server_gets_openais_fields_and_the_extensions_only_when_on():
+    on = SamplerSettings(top_k=5, repetition_penalty=1.2)
+    assert {"top_k", "repetition_penalty"} <= set(request_fields(on, 1)) and "min_p" not in request_fields(on, 1)
+    assert not {"top_k", "min_p", "repetition_penalty"} & set(request_fields(SamplerSettings(), 1))
+
+
+def test_sampled_runs_on_mlx_lm_server_record_each_drawn_token_or_say_they_cannot(server):
+    """mlx_lm.server names the top-N of each step but not the token it drew: each step still holds the drawn
+    token (the model's id, its text), and the steps spell what the server returns for the same request; a reply
+    whose split into tokens is ambiguous says so on the run and records no wrong steps."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(BUILTIN_PATH / "tokenizer.json"))
+    spec = ModelSpec(source="", backend="remote", base_url=server)
+    aligned = 0
+    with closing(load_remote(spec)) as model:
+        for seed in range(1, 9):
+            settings = SamplerSettings(temperature=0.9, max_tokens=24, seed=seed)
+            (end,) = finished(run(model, Request(model=spec, prompt="import ", settings=settings)))
+            if end.reason == "error":
+                assert "cannot be aligned token by token" in end.message and not end.trace.steps
+                continue
+            aligned += 1
+            body = {"model": end.trace.model["name"], "prompt": "import ", **end.trace.model["sent"]}
+            whole = httpx.post(f"{server}/completions", json=body, timeout=60).json()["choices"][0]["text"]
+            assert "".join(st.text for st in end.trace.steps) == whole
+            *shown, last = [st for st in end.trace.steps if st.text]  # the last may show less: the server's text
+            assert all(tok.decode([st.token_id]) == st.text for st in shown)  # can end inside a token
+            assert tok.decode([last.token_id]).startswith(last.text)
+    assert aligned >= 6

@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 from PySide6.QtCore import Qt
 
+from app.core.events import Step
 from app.core.sampling import sample
 from app.core.settings import SamplerSettings, StageOrder
-from app.core.trace import Sample
-from app.ui.charts import CUT_BY, RAW, StepChart
+from app.core.trace import Sample, StepTrace
+from app.ui.charts import CUT_BY, RAW, StepChart, TimelineChart
 from app.ui.main_window import MainWindow
 from app.ui.token_view import format_prob
 from backends.ops import NUMPY
@@ -172,6 +173,40 @@ def test_a_partial_trace_shows_only_what_the_server_reported(chart):
     chart.show_sample(full, texts)  # and back: the full record is drawn whole again
     assert_draws_the_record(chart, full, texts)
     assert chart.note.toPlainText() == ""
+
+
+def test_the_timeline_draws_each_steps_best_known_p_and_leaves_gaps_for_what_was_not_reported(qtbot):
+    """A branch of a local run continued on a server: two full steps, then partial ones (the model's p, no
+    entropy), one of which reported nothing. The area is each record's `drawn_prob`; the entropy line stops
+    where the server's steps begin (a gap, not a 0); the axis, note and point tooltips say which p is which."""
+    full = [record(SamplerSettings(temperature=0.7), seed=k)[0] for k in range(2)]
+    partial = [Sample.partial(5, math.log(0.25), [5, 6], [math.log(0.25), math.log(0.6)], "raw"),
+               Sample.partial(6, None, [5, 6], [math.log(0.3), math.log(0.6)], "raw"),
+               Sample.partial(6, math.log(0.6), [5, 6], [math.log(0.3), math.log(0.6)], "raw")]
+    steps = [StepTrace(k, s, "x", ("a", "b"), 0.0) for k, s in enumerate(full + partial)]
+    tl = TimelineChart()
+    qtbot.addWidget(tl)
+    tl.resize(700, 200)
+    tl.show()
+    tl.append_steps([Step(1, st.step, st.token_id, st.text, st, 0) for st in steps])
+    tl.show_step(4, steps[4])
+    _, y = tl.prob.getData()
+    expected = [full[0].prob, full[1].prob, 0.25, math.nan, 0.6]
+    np.testing.assert_allclose(y, expected, rtol=1e-6)  # NaN where nothing was reported: a gap
+    assert [st.drawn_prob[1] for st in steps] == ["sampled", "sampled", "model", None, "model"]
+    assert tl.prob.opts["connect"] == "finite" and tl.entropy.opts["connect"] == "finite"
+    _, h = tl.entropy.getData()
+    np.testing.assert_allclose(h, [full[0].entropy, full[1].entropy, math.nan, math.nan, math.nan], rtol=1e-6)
+    assert tl.getPlotItem().getAxis("left").labelText == "p(drawn)"  # mixed: the note says where it is the model's
+    assert tl.note.toPlainText() == ("p under the model where the server's sampling was not observed · entropy not "
+                                     "reported for some steps")
+    assert "p(drawn) under the model 0.250 (the server's sampling not observed)" in tl.point_tip(2)
+    assert tl.point_tip(3).startswith("step 3 · p(drawn) not reported · entropy not reported")
+    assert tl.point_tip(0).startswith(f"step 0 · p(drawn) {format_prob(full[0].prob)} · entropy")
+    tl.show_series("prob")  # the note names only what is drawn
+    assert tl.note.toPlainText() == "p under the model where the server's sampling was not observed"
+    tl.clear_run()
+    assert not tl.note.isVisible() and tl.getPlotItem().getAxis("left").labelText == "p(drawn)"
 
 
 # --- the window: header, chart and selected token show one step ---------------------------------------------
