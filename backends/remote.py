@@ -30,7 +30,7 @@ from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 from backends.base import LoadOptions, ModelInfo, ModelLoadError, Positions
-from backends.remote_tokens import MalformedError, Token, TokenMaker, UnalignedError, Vocab, entries
+from backends.remote_tokens import MalformedError, Token, TokenMaker, UnalignedError, Vocab, drawn_tokens, entries
 
 COMPLETIONS, CHAT = "/completions", "/chat/completions"
 TIMEOUT_S = 60.0  # between two bytes of a stream (servers send keep-alives while they prefill)
@@ -364,27 +364,48 @@ class RemoteModel:
         yield end
 
     def _whole(self, endpoint: str, body: dict, top_n: int) -> Iterator[Token | End]:
-        body = {**body, **self._logprob_params(endpoint, top_n), "stream": False}
+        msg, said, choice = self._answer(endpoint, {**body, **self._logprob_params(endpoint, top_n)})
+        with self._errors():  # (a malformed answer is one line, as a malformed stream is)
+            found = entries(choice)
+            if not found:
+                raise RemoteError("the server returned no log-probabilities: it cannot drive the charts (vLLM, "
+                                  "llama.cpp's server and mlx_lm.server can)")
+            try:
+                tokens = TokenMaker(self.vocab).tokens(found, said)
+            except UnalignedError as e:  # (mlx_lm.server lists the top-N of each step, not the token it drew)
+                tokens = TokenMaker(self.vocab).tokens(found, said, self._drawn(endpoint, body, said, e))
+            end = _end(msg, None) or End("stop")
+        yield from tokens
+        yield end
+
+    def _answer(self, endpoint: str, body: dict) -> tuple[dict, str, dict]:
+        """One whole (not streamed) answer: the message, its text and its choice."""
+        body = {**body, "stream": False}
         limits = _Limits(self.deadline)
         with self._errors(limits=limits), self._open("POST", endpoint, limits, json=body,
                                                      timeout=max(self.timeout, WHOLE_TIMEOUT_S)) as r:
             _raise_for(r, self, limits=limits)
             raw = self._read(r, limits, self.max_body, endpoint)
-        with self._errors():  # (a malformed answer is one line, as a malformed stream is)
+        with self._errors():
             text = raw.decode("utf-8", errors="replace")
             msg = _json(text)
             choice = _choice(msg)
             if choice is None:
                 raise RemoteError(f"the server's answer has no completion: {_quote(text)}")
-            said = _text(choice)
-            found = entries(choice)
-            if not found:
-                raise RemoteError("the server returned no log-probabilities: it cannot drive the charts (vLLM, "
-                                  "llama.cpp's server and mlx_lm.server can)")
-            tokens = list(TokenMaker(self.vocab).tokens(found, said))
-            end = _end(msg, None) or End("stop")
-        yield from tokens
-        yield end
+            return msg, _text(choice), choice
+
+    def _drawn(self, endpoint: str, body: dict, said: str, unaligned: UnalignedError) -> list[tuple[int, float]]:
+        """The tokens a server drew, by id, asked for again with the same seed and no top-N (mlx_lm.server then
+        names each drawn token and its log-probability): only where the model's vocabulary is known here (ids to
+        bytes), and only when the second answer is the same text."""
+        if not self.vocab.knows_vocabulary:
+            raise unaligned
+        _, again, choice = self._answer(endpoint, {**body, "logprobs": True, "top_logprobs": 0})
+        drawn = drawn_tokens(choice)
+        if again != said or not drawn:
+            raise UnalignedError(f"{unaligned} (asked again for the tokens it drew, the server answered "
+                                 f"{'another text' if again != said else 'without them'})")
+        return drawn
 
     def _errors(self, got_tokens: Any = None, limits: _Limits | None = None, endpoint: str = "") -> Any:
         return _TransportErrors(self, got_tokens, limits, endpoint)

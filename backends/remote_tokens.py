@@ -94,6 +94,10 @@ class Vocab:
             ends.add(off)
         return ends
 
+    def bytes_of(self, token_id: int) -> bytes | None:
+        """The bytes of the model's token `token_id` (None: not in the vocabulary, or it is not known here)."""
+        return self._bytes_of.get(token_id)
+
     def model_id(self, data: bytes) -> int | None:
         """The model's id of the token whose bytes are `data` (None: not a token, or the vocabulary is unknown)."""
         return self._model_ids.get(data)
@@ -232,6 +236,35 @@ def _spells(data: bytes, text: bytes, off: int) -> int | None:
     return None
 
 
+def drawn_tokens(choice: dict) -> list[tuple[int, float]] | None:
+    """The drawn tokens of a choice whose entries name them by id alone (mlx_lm.server asked for no top-N):
+    [(id, log-probability)], or None when its entries are not of that form."""
+    lp = choice.get("logprobs")
+    content = lp.get("content") if isinstance(lp, dict) else None
+    if not isinstance(content, list) or not content:
+        return None
+    if not all(isinstance(e, dict) and type(e.get("id")) is int for e in content):
+        return None
+    return [(e["id"], _logprob(e.get("logprob"))) for e in content]
+
+
+def _spelt(picked: Sequence[_Cand], text: bytes) -> list[tuple[int, int]]:
+    """Where each of the tokens `picked` ends `text` (those after it is spelt were hidden); UnalignedError when
+    they do not spell it."""
+    ends, off = [], 0
+    for c in picked:
+        if off >= len(text):
+            break
+        end = _spells(c.data, text, off)
+        if end is None:
+            raise UnalignedError("the tokens the server drew do not spell the text it returned")
+        ends.append((0, end))
+        off = end
+    if off < len(text):
+        raise UnalignedError("the tokens the server drew do not spell the text it returned")
+    return ends
+
+
 UNLISTED = -1  # a pick of `align_unlisted`: the entry drew a token that is not in its reported list
 MAX_SPAN = 16  # bytes an unlisted token may span when the model's vocabulary is not known here
 MAX_STATES = 64  # alignments kept per entry (the likeliest: most listed picks)
@@ -305,22 +338,39 @@ class TokenMaker:
         self.vocab = vocab
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
-    def tokens(self, found: list[_Entry], text: str) -> list[Token]:
-        """`found` entries whose drawn tokens made `text` (a streamed chunk, or a whole response)."""
+    def tokens(self, found: list[_Entry], text: str, drawn: list[tuple[int, float]] | None = None) -> list[Token]:
+        """`found` entries whose drawn tokens made `text` (a streamed chunk, or a whole response); `drawn`: the
+        tokens drawn (id, log-probability) where the server named them apart from the entries."""
         choices = [e.choices() for e in found]
         data, pending = text.encode("utf-8"), self.decoder.getstate()[0]
         if pending and data.startswith(pending):  # the text shows a character begun by an earlier token
             data = data[len(pending):]
         if not data:  # nothing visible yet (half a character, a hidden token): as the server named them
             return [self._token(e, e.own, self.decoder.decode(e.own.data)) for e in found]
-        picks = align(choices, data) or align_unlisted(choices, data, self.vocab)
-        starts = [0, *(end for _, end in picks)]
-        picked = [c[j] if j != UNLISTED else _Cand(None, data[a:end], math.nan)
-                  for c, (j, end), a in zip(choices, picks, starts, strict=False)]
-        picked += [e.own for e in found[len(picks):]]  # hidden: as the server named them
+        if drawn is not None:
+            picked = self._named(found, drawn)
+            picks = _spelt(picked, data)
+        else:
+            picks = align(choices, data) or align_unlisted(choices, data, self.vocab)
+            starts = [0, *(end for _, end in picks)]
+            picked = [c[j] if j != UNLISTED else _Cand(None, data[a:end], math.nan)
+                      for c, (j, end), a in zip(choices, picks, starts, strict=False)]
+        picked += [e.own for e in found[len(picked):]]  # hidden: as the server named them
         ends = [end for _, end in picks] + [len(data)] * (len(found) - len(picks))
         texts = [self.decoder.decode(data[a:b]) for a, b in zip([0, *ends], ends, strict=False)]
         return [self._token(e, c, t) for e, c, t in zip(found, picked, texts, strict=True)]
+
+    def _named(self, found: list[_Entry], drawn: list[tuple[int, float]]) -> list[_Cand]:
+        """The drawn tokens by the model's ids (their bytes from its vocabulary)."""
+        if len(drawn) != len(found):
+            raise UnalignedError(f"the server named {len(drawn)} drawn tokens for {len(found)} steps")
+        picked = []
+        for i, lp in drawn:
+            data = self.vocab.bytes_of(i)
+            if data is None:
+                raise UnalignedError(f"the server drew token {i}, which the model's vocabulary does not have")
+            picked.append(_Cand(i, data, lp))
+        return picked
 
     def _token(self, entry: _Entry, drawn: _Cand, text: str) -> Token:
         top = tuple(Candidate(self.vocab.id_of(c.data, c.server_id), c.data.decode("utf-8", errors="replace"),
