@@ -497,10 +497,10 @@ class TimelineChart(ThemedPlot):
             left.setLabel(label, color=FINAL.name())
         parts = []
         if model and self._series != "entropy":
-            parts.append("p under the model (the server's sampling not observed)" if all_model else
-                         "p under the model where the server's sampling was not observed")
+            parts.append("p under the model (server's sampling unseen)" if all_model else
+                         "p under the model where the server's sampling was unseen")
         if no_entropy and self._series != "prob":
-            parts.append("entropy not reported" + (" for some steps" if np.isfinite(self._h[:n]).any() else ""))
+            parts.append("no entropy" + (" for some steps" if np.isfinite(self._h[:n]).any() else ""))
         self.note.setText(" · ".join(parts))
         self.note.fill = pg.mkBrush(_faded(self.palette().color(QPalette.ColorRole.Base), 215))
         self.note.setVisible(bool(parts))

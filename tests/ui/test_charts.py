@@ -198,13 +198,13 @@ def test_the_timeline_draws_each_steps_best_known_p_and_leaves_gaps_for_what_was
     _, h = tl.entropy.getData()
     np.testing.assert_allclose(h, [full[0].entropy, full[1].entropy, math.nan, math.nan, math.nan], rtol=1e-6)
     assert tl.getPlotItem().getAxis("left").labelText == "p(drawn)"  # mixed: the note says where it is the model's
-    assert tl.note.toPlainText() == ("p under the model where the server's sampling was not observed · entropy not "
-                                     "reported for some steps")
+    assert tl.note.toPlainText() == ("p under the model where the server's sampling was unseen · no entropy for "
+                                     "some steps")
     assert "p(drawn) under the model 0.250 (the server's sampling not observed)" in tl.point_tip(2)
     assert tl.point_tip(3).startswith("step 3 · p(drawn) not reported · entropy not reported")
     assert tl.point_tip(0).startswith(f"step 0 · p(drawn) {format_prob(full[0].prob)} · entropy")
     tl.show_series("prob")  # the note names only what is drawn
-    assert tl.note.toPlainText() == "p under the model where the server's sampling was not observed"
+    assert tl.note.toPlainText() == "p under the model where the server's sampling was unseen"
     tl.clear_run()
     assert not tl.note.isVisible() and tl.getPlotItem().getAxis("left").labelText == "p(drawn)"
 

@@ -152,8 +152,8 @@ def test_a_remote_run_draws_the_models_probability_of_each_drawn_token_and_says_
     np.testing.assert_allclose(y, model_p, rtol=1e-6)  # the record's numbers, not 0 and not recomputed
     assert tl.entropy.getData()[0] is None or len(tl.entropy.getData()[0]) == 0
     assert tl.getPlotItem().getAxis("left").labelText == "p (model)"
-    assert tl.note.isVisible() and tl.note.toPlainText() == ("p under the model (the server's sampling not observed)"
-                                                             " · entropy not reported")
+    assert tl.note.isVisible() and tl.note.toPlainText() == ("p under the model (server's sampling unseen)"
+                                                             " · no entropy")
     assert tl.point_tip(2) == (f"step 2 · p(drawn) under the model {format_prob(model_p[2])} (the server's "
                                "sampling not observed) · entropy not reported — click to select")
     text = w.output.text
