@@ -8,8 +8,6 @@ decode tokens/s, TTFT, the ratios (1)/(3) and (2)/(3), and the trace's memory pe
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import shutil
 import statistics
@@ -67,11 +65,9 @@ def make_prompt(tokenizer: Any, n: int) -> tuple[int, ...]:
 
 
 def random_model(size: str, tokenizer_from: Path, dtype: str) -> Path:
-    """Save a random-weight Llama of `size` with the built-in tokenizer (vocabulary padded to 32k). Saving,
-    transformers draws a "Writing model shards" progress bar on stderr: not ours to show, so it goes nowhere."""
+    """Save a random-weight Llama of `size` with the built-in tokenizer (vocabulary padded to 32k)."""
     out = Path(tempfile.mkdtemp(prefix=f"logitlab-bench-{size}-"))
-    with contextlib.redirect_stderr(io.StringIO()):
-        return save_random_llama(out, RANDOM_CONFIGS[size], tokenizer_from, dtype)
+    return save_random_llama(out, RANDOM_CONFIGS[size], tokenizer_from, dtype)
 
 
 def run_ours(model: Any, ids: tuple[int, ...], n: int, s: SamplerSettings, record: bool, seed: int) -> dict:

@@ -13,6 +13,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
+
 
 def _result(prompt_len: int, start: float, stamps: list[float]) -> dict[str, float]:
     """Raw times; the caller turns them into rates (app.core.metrics holds the one definition of a rate)."""
@@ -70,19 +72,71 @@ def mlx_generate(model: Any, prompt_ids: Sequence[int], n: int, temperature: flo
 
 
 def save_random_llama(out: Path, shape: dict[str, int], tokenizer_from: Path, dtype: str) -> Path:
-    """A random-weight Llama of the given shape, with the tokenizer of `tokenizer_from` (for benchmarks)."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    """A random-weight Llama of the given shape (transformers' initialization: normal(0, initializer_range)
+    matrices, norms of ones; numpy's seeded draws, so no framework is needed), with the tokenizer of
+    `tokenizer_from` (for benchmarks). Written one tensor at a time: memory holds one tensor, not the model."""
+    from transformers import AutoTokenizer, LlamaConfig
 
     tok = AutoTokenizer.from_pretrained(str(tokenizer_from))
     config = LlamaConfig(vocab_size=32_000, max_position_embeddings=4096, tie_word_embeddings=False,
-                         eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id, **shape)
-    torch.manual_seed(0)
-    with torch.device("cpu"):
-        model = LlamaForCausalLM(config).to(getattr(torch, dtype))
-    model.save_pretrained(out)
+                         eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id,
+                         architectures=["LlamaForCausalLM"], torch_dtype=dtype, **shape)
+    h, inner, vocab = config.hidden_size, config.intermediate_size, config.vocab_size
+    kv = config.num_key_value_heads * getattr(config, "head_dim", h // config.num_attention_heads)
+    q = config.num_attention_heads * getattr(config, "head_dim", h // config.num_attention_heads)
+    shapes = {"model.embed_tokens.weight": (vocab, h), "model.norm.weight": (h,), "lm_head.weight": (vocab, h)}
+    for i in range(config.num_hidden_layers):
+        at, mlp = f"model.layers.{i}.self_attn.", f"model.layers.{i}.mlp."
+        shapes.update({at + "q_proj.weight": (q, h), at + "k_proj.weight": (kv, h), at + "v_proj.weight": (kv, h),
+                       at + "o_proj.weight": (h, q), mlp + "gate_proj.weight": (inner, h),
+                       mlp + "up_proj.weight": (inner, h), mlp + "down_proj.weight": (h, inner),
+                       f"model.layers.{i}.input_layernorm.weight": (h,),
+                       f"model.layers.{i}.post_attention_layernorm.weight": (h,)})
+    rng = np.random.default_rng(0)
+    out.mkdir(parents=True, exist_ok=True)
+
+    def tensor(shape: tuple[int, ...]) -> np.ndarray:
+        if len(shape) == 1:
+            return np.ones(shape, dtype=np.float32)
+        return (rng.standard_normal(shape, dtype=np.float32) * np.float32(config.initializer_range))
+
+    write_safetensors(out / "model.safetensors", shapes, dtype, tensor)
+    config.save_pretrained(out)
     tok.save_pretrained(out)
     return out
+
+
+SAFETENSORS_DTYPES = {"float32": ("F32", 4), "float16": ("F16", 2), "bfloat16": ("BF16", 2)}
+
+
+def write_safetensors(path: Path, shapes: dict[str, tuple[int, ...]], dtype: str, make: Any) -> None:
+    """A safetensors file of the tensors `make(shape)` (float32) gives for `shapes`, stored as `dtype`, written one
+    tensor at a time (the format: an 8-byte header length, a JSON header of offsets, then the data)."""
+    import json
+    import struct
+
+    code, size = SAFETENSORS_DTYPES[dtype]
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, shape in shapes.items():
+        n = int(np.prod(shape)) * size
+        header[name] = {"dtype": code, "shape": list(shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    head = json.dumps(header, separators=(",", ":")).encode()
+    head += b" " * (-len(head) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(head)) + head)
+        for shape in shapes.values():
+            f.write(_stored(make(shape), dtype).tobytes())
+
+
+def _stored(x: np.ndarray, dtype: str) -> np.ndarray:
+    """float32 values as `dtype`'s bytes (bfloat16: the top half of each float32, rounded to nearest even)."""
+    if dtype == "float32":
+        return x.astype("<f4")
+    if dtype == "float16":
+        return x.astype("<f2")
+    bits = x.astype("<f4").view("<u4")
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype("<u2")
 
 
 def read_bandwidth(backend: str, device: str) -> float:

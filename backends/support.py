@@ -22,8 +22,9 @@ def _package_dir(name: str) -> Path | None:
 
 
 def torch_supports(model_type: str) -> bool:
-    root = _package_dir("transformers")
-    return root is not None and (root / "models" / model_type.replace("-", "_")).is_dir()
+    root = _package_dir("transformers")  # mlx-lm installs transformers too: torch itself must be there as well
+    return (root is not None and importlib.util.find_spec("torch") is not None
+            and (root / "models" / model_type.replace("-", "_")).is_dir())
 
 
 def mlx_supports(model_type: str) -> bool:

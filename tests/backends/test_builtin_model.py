@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 import threading
 
+import pytest
+
 from app.core.events import Finished, Request, Step
 from app.core.generation import generate
 from app.core.models import BUILTIN_PATH
@@ -59,24 +61,28 @@ def test_the_model_card_and_size_are_as_promised():
     assert size < 40 * 2**20
 
 
-def test_the_checks_fail_on_random_weights(tmp_path):
-    """The same checks on a random model of the same shape and tokenizer: they must not pass."""
+@pytest.mark.parametrize("backend", ["torch", "mlx"])
+def test_the_checks_fail_on_random_weights(tmp_path, backend: str):
+    """The same checks on a random model of the same shape and tokenizer, through each backend: they must not pass.
+    The weights are numpy's seeded draws as transformers initializes a Llama (normal(0, initializer_range) for each
+    matrix, ones for each norm): no framework is needed to make them."""
     import json
     import shutil
 
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
 
     from backends import get_backend
     from backends.base import LoadOptions
 
     rand = tmp_path / "random"
     shutil.copytree(BUILTIN_PATH, rand)
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(rand))
-    model.save_pretrained(rand)
-    json.loads((rand / "config.json").read_text())
-    m = get_backend("torch").load(rand, LoadOptions())
+    std = json.loads((rand / "config.json").read_text())["initializer_range"]
+    rng = np.random.default_rng(0)
+    weights = {name: (rng.normal(0, std, w.shape) if w.ndim == 2 else np.ones(w.shape)).astype(w.dtype)
+               for name, w in load_file(rand / "model.safetensors").items()}
+    save_file(weights, str(rand / "model.safetensors"), metadata={"format": "pt"})
+    m = get_backend(backend).load(rand, LoadOptions())
     assert len(import_names(m) & MODULES) < 3
     assert not first_step(m, "class Point:\n    def __init__(").top_texts[0].startswith("self")
     fin = [e for e in generate(m, Request(prompt="x", settings=SamplerSettings(max_tokens=2)), threading.Event())

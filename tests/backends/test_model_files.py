@@ -102,6 +102,7 @@ def test_broken_folders_say_which_file_or_why(tiny_path: Path, tmp_path: Path, b
         load(backend, alien)
 
 
+@pytest.mark.skipif(not installed("torch"), reason="torch backend not installed (only it opens pickle weights)")
 def test_pickle_weights_are_refused_unless_allowed(tmp_path: Path):
     import torch
     from transformers import AutoModelForCausalLM
@@ -138,10 +139,9 @@ def test_mlx_quantize_on_load_lowers_the_memory_and_still_generates(tmp_path: Pa
     assert works(q4)
 
 
-def test_memory_estimate_is_exact_for_weights_and_refuses_what_cannot_fit(tiny_path: Path, tmp_path: Path,
-                                                                         torch_model):
+def test_memory_estimate_is_exact_for_weights_and_refuses_what_cannot_fit(tiny_path: Path, tmp_path: Path, model):
     est = estimate_memory(tiny_path)
-    assert est.weight_bytes == torch_model.info.weight_bytes and est.parameters == torch_model.info.parameters
+    assert est.weight_bytes == model.info.weight_bytes and est.parameters == model.info.parameters
     assert est.kv_bytes_per_1k_tokens == 2 * 2 * 2 * 16 * 2 * 1000  # 2 × layers × KV heads × head dim × fp16
     check_fits(tiny_path)
     huge = copy(tiny_path, tmp_path / "huge")
@@ -188,6 +188,7 @@ def test_the_config_shape_is_read_once_for_every_layout():
     assert ConfigShape.from_config({}).kv_bytes_per_token(2) == 0
 
 
+@pytest.mark.skipif(not installed("torch"), reason="torch backend not installed")
 def test_cuda_path_when_a_gpu_is_present(tiny_path: Path):
     import torch
 

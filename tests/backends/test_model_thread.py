@@ -47,17 +47,19 @@ def test_generates_on_the_worker_thread(worker, tiny_path: Path, backend: str):
     assert [e.token_id for e in again if isinstance(e, Step)] == [e.token_id for e in evs if isinstance(e, Step)]
 
 
-def test_errors_travel_as_events_and_the_thread_lives_on(worker, tiny_path: Path):
-    worker.submit(Request(model=ModelSpec("/no/such/dir", "torch"), prompt="x"))
+@pytest.mark.parametrize("backend", ["mlx", "torch"])
+def test_errors_travel_as_events_and_the_thread_lives_on(worker, tiny_path: Path, backend: str):
+    worker.submit(Request(model=ModelSpec("/no/such/dir", backend), prompt="x"))
     (failed,) = [e for e in events_until_end(worker) if isinstance(e, Failed)]
     assert "no model folder" in failed.message
-    worker.submit(Request(model=ModelSpec(str(tiny_path), "torch"), prompt="",
+    worker.submit(Request(model=ModelSpec(str(tiny_path), backend), prompt="",
                           messages=None, settings=SamplerSettings(max_tokens=2)))
     assert isinstance(events_until_end(worker)[-1], Finished)  # an empty prompt starts from BOS
 
 
-def test_cancel_stops_a_long_run(worker, tiny_path: Path):
-    worker.submit(Request(model=ModelSpec(str(tiny_path), "torch"), prompt="Hi",
+@pytest.mark.parametrize("backend", ["mlx", "torch"])
+def test_cancel_stops_a_long_run(worker, tiny_path: Path, backend: str):
+    worker.submit(Request(model=ModelSpec(str(tiny_path), backend), prompt="Hi",
                           settings=SamplerSettings(max_tokens=100_000), ignore_eos=True))
     n = 0
     while n < 5:

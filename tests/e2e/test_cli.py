@@ -15,6 +15,7 @@ import pytest
 
 from app.core.settings import FIELDS
 from app.core.trace import RunTrace
+from backends import installed
 
 ENV = {**os.environ, "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TRANSFORMERS_VERBOSITY": "error",
        "XDG_CONFIG_HOME": tempfile.mkdtemp(prefix="logitlab-config-")}  # never the user's own settings
@@ -324,7 +325,7 @@ def test_a_base_url_no_server_can_have_is_one_line_without_its_password(capsys, 
 
 
 def test_bench_past_the_models_context_is_one_line(capsys):
-    code, _, err = run_main(capsys, "bench", "--backend", "torch", "--prompt-tokens", "1000", "--tokens", "100")
+    code, _, err = run_main(capsys, "bench", "--prompt-tokens", "1000", "--tokens", "100")  # auto: the installed one
     assert code == 2 and "do not fit the model's context of 1,024 tokens" in one_error_line(err)
 
 
@@ -364,24 +365,38 @@ def test_json_never_holds_nan_or_infinity():
 
 
 def make_gpt2(path: Path) -> Path:
-    """A tiny random GPT-2 (seeded) with the tests' tokenizer: a model the MLX loader does not read."""
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
+    """A tiny random GPT-2 (numpy's seeded draws: no framework needed) with the tests' tokenizer: a model the MLX
+    loader does not read."""
+    import numpy as np
+    from safetensors.numpy import save_file
+    from transformers import GPT2Config
 
     from tests.tiny import make_tokenizer
 
     tok = make_tokenizer()
-    torch.manual_seed(0)
     config = GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=1, n_head=2, n_positions=128,
-                        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
-    GPT2LMHeadModel(config).save_pretrained(path)
+                        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                        architectures=["GPT2LMHeadModel"])
+    e, h = config.n_embd, "transformer.h.0."
+    shapes = {"transformer.wte.weight": (len(tok), e), "transformer.wpe.weight": (config.n_positions, e),
+              h + "attn.c_attn.weight": (e, 3 * e), h + "attn.c_attn.bias": (3 * e,),
+              h + "attn.c_proj.weight": (e, e), h + "attn.c_proj.bias": (e,),
+              h + "mlp.c_fc.weight": (e, 4 * e), h + "mlp.c_fc.bias": (4 * e,),
+              h + "mlp.c_proj.weight": (4 * e, e), h + "mlp.c_proj.bias": (e,)}
+    for norm in (h + "ln_1", h + "ln_2", "transformer.ln_f"):
+        shapes |= {norm + ".weight": (e,), norm + ".bias": (e,)}
+    rng = np.random.default_rng(0)
+    weights = {name: (rng.normal(0, 0.02, shape) if len(shape) == 2 else
+                      np.ones(shape) if "ln_" in name and name.endswith("weight") else np.zeros(shape))
+               .astype(np.float32) for name, shape in shapes.items()}
+    path.mkdir(parents=True, exist_ok=True)
+    save_file(weights, str(path / "model.safetensors"), metadata={"format": "pt"})
+    config.save_pretrained(path)
     tok.save_pretrained(path)
     return path
 
 
 def test_an_unexpected_load_error_is_one_line_and_its_traceback_is_there_on_request(capsys, tmp_path, monkeypatch):
-    from backends import installed
-
     if not installed("mlx"):
         pytest.skip("mlx is not installed")
     gpt2 = str(make_gpt2(tmp_path / "gpt2"))
@@ -442,6 +457,26 @@ def test_bench_saves_a_random_model_without_a_progress_bar(capfd, monkeypatch):
         assert (path / "config.json").exists() and "Writing model shards" not in capfd.readouterr().err
     finally:
         shutil.rmtree(path)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_benchs_random_model_loads_on_whichever_backend_is_installed(dtype, monkeypatch, tmp_path):
+    """Made without a framework (numpy, one tensor at a time): an mlx-only install benches it too."""
+    from app import bench
+    from app.core.models import BUILTIN_PATH
+    from backends import get_backend
+    from backends.base import LoadOptions
+    from tests.tiny import LOCAL_BACKENDS
+
+    shape = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "num_key_value_heads": 2}
+    path = bench.save_random_llama(tmp_path / "m", shape, BUILTIN_PATH, dtype)
+    model = get_backend(LOCAL_BACKENDS[0]).load(path, LoadOptions())
+    per_layer = 32 * 32 * 2 + 32 * 16 * 2 + 32 * 64 * 3 + 32 * 2
+    assert model.info.parameters == 32_000 * 32 * 2 + 32 + 2 * per_layer
+    data = (path / "model.safetensors").read_bytes()
+    header = json.loads(data[8 : 8 + int.from_bytes(data[:8], "little")])
+    assert {v["dtype"] for k, v in header.items() if k != "__metadata__"} == {{"float32": "F32"}.get(dtype, "BF16")}
 
 
 # a server's run ------------------------------------------------------------------------------------------------

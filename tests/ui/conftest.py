@@ -1,4 +1,5 @@
-"""The real window on the tiny torch model, offscreen, with its own settings file and every draw seeded."""
+"""The real window on the tiny torch model (mlx where only it is installed), offscreen, with its own settings file
+and every draw seeded."""
 
 from __future__ import annotations
 
@@ -9,8 +10,12 @@ from PySide6.QtCore import QSettings
 
 from app.core.models import ModelSpec
 from app.ui.main_window import MainWindow
+from backends import installed
+from tests.tiny import LOCAL_BACKENDS
 
 RUN_TIMEOUT = 60_000
+WINDOW_BACKEND = "torch" if installed("torch") or not LOCAL_BACKENDS else LOCAL_BACKENDS[0]  # torch where it is there
+needs_torch = pytest.mark.skipif(not installed("torch"), reason="torch backend not installed")
 
 
 @pytest.fixture
@@ -20,7 +25,7 @@ def store(tmp_path: Path) -> QSettings:
 
 @pytest.fixture
 def window(qtbot, tiny_path: Path, store: QSettings):
-    w = MainWindow(settings=store, spec=ModelSpec(str(tiny_path), "torch"))
+    w = MainWindow(settings=store, spec=ModelSpec(str(tiny_path), WINDOW_BACKEND))
     qtbot.addWidget(w)
     w.show()
     w.sampler.seed.setValue(3)  # every draw seeded: no test depends on luck

@@ -7,7 +7,7 @@ import pytest
 
 from app.ui.model_bar import ModelBar
 from backends import installed
-from tests.ui.conftest import RUN_TIMEOUT
+from tests.ui.conftest import RUN_TIMEOUT, needs_torch
 
 
 def test_auto_threads_leave_the_count_to_the_rule(qtbot):
@@ -19,6 +19,7 @@ def test_auto_threads_leave_the_count_to_the_rule(qtbot):
     assert bar.spec().options.threads == 3
 
 
+@needs_torch  # the window's model is torch's: the threads box is there
 def test_a_thread_count_chosen_in_the_bar_reaches_the_loaded_model(window, qtbot):
     assert window.playground.info.threads == 1  # auto: the tiny model is small
     window.model_bar.threads.setValue(2)
@@ -38,6 +39,7 @@ def test_the_bar_shows_threads_for_torch_and_quantize_for_mlx(qtbot):
     assert bar.quantize.isVisibleTo(bar) and not bar.threads.isVisibleTo(bar)
 
 
+@needs_torch
 def test_with_the_threads_box_a_900_px_window_stays_900_wide(window, qtbot):
     window.resize(900, 600)
     qtbot.waitUntil(lambda: window.width() == 900, timeout=5_000)

@@ -11,6 +11,8 @@ from PySide6.QtGui import QTextCursor
 
 from app.core.models import ModelSpec
 from app.ui.main_window import MainWindow
+from tests.tiny import LOCAL_BACKENDS
+from tests.ui.conftest import needs_torch
 
 RUN_TIMEOUT = 60_000
 
@@ -196,7 +198,7 @@ def test_the_model_picker_lists_the_hf_cache_and_validates_hub_ids(qtbot, tiny_p
     qtbot.addWidget(picker)
     sources = [e.source for e in picker.entries]
     assert sources == ["builtin", "someone/tiny-llama", "/some/recent"]
-    assert picker.table.item(1, 3).text() == "mlx, torch"
+    assert picker.table.item(1, 3).text() == ", ".join(LOCAL_BACKENDS)
     picker.table.selectRow(1)
     assert picker.choice == "someone/tiny-llama"
     picker.hub.setText("not a hub id")
@@ -206,6 +208,7 @@ def test_the_model_picker_lists_the_hf_cache_and_validates_hub_ids(qtbot, tiny_p
     assert picker.choice == "Qwen/Qwen2.5-0.5B-Instruct"
 
 
+@needs_torch  # transformers runs a repository's code; mlx-lm has no such loader
 def test_remote_code_is_refused_then_allowed_per_model_and_remembered(qtbot, window, tiny_path, tmp_path, store):
     from tests.tiny import make_remote_code_model
 
