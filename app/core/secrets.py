@@ -3,7 +3,7 @@ backend exists, in this process's memory for the session only (and `store_key` s
 
 A key is read from a named environment variable first (`--api-key-env`), then the keychain, then the session.
 Keys are never written to preferences, session files, traces or logs: this module is the only place that holds one.
-Each key it hands out or keeps is also given to `backends.remote.keep_secret`, so that no message quoting a
+Each key it hands out or keeps is also given to `backends.remote_http.keep_secret`, so that no message quoting a
 server (which may echo it) shows it. A base URL's user:password is no part of the name a key is kept under.
 """
 
@@ -14,7 +14,7 @@ import os
 import threading
 
 from backends.base import ModelLoadError
-from backends.remote import RemoteError, _credentials, _hide_userinfo, keep_secret, normalize_url, redact
+from backends.remote_http import RemoteError, _credentials, _hide_userinfo, keep_secret, normalize_url, redact
 
 __all__ = ["MissingKeyError", "account", "api_key", "forget_key", "keychain", "redact", "store_key"]
 

@@ -14,7 +14,8 @@ from contextlib import closing, contextmanager
 
 import pytest
 
-from backends.remote import End, RemoteError, RemoteModel, _lines, normalize_url, redact, sse_events, where
+from backends.remote import End, RemoteError, RemoteModel, _lines, normalize_url, sse_events, where
+from backends.remote_http import redact
 from backends.remote_tokens import MalformedError, Token
 from tests.remote_fake import TOKENS, Handler, chunk, entry, fake_server, stream_tokens
 
