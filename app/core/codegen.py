@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from app.core.events import Message
 from app.core.models import BUILTIN_NAME, BUILTIN_PATH, is_builtin
+from app.core.server_request import EXTENSIONS, request_fields
 from app.core.settings import SamplerSettings, StageOrder
 
 WIDTH = 100  # of a comment line
@@ -48,11 +49,6 @@ class Snippet:
 
 
 # what each engine can and cannot say ---------------------------------------------------------------------------
-def greedy(s: SamplerSettings) -> bool:
-    """Always the top token: temperature 0, or top-p 0 (which keeps one token here)."""
-    return s.temperature == 0 or s.top_p == 0
-
-
 def filters(s: SamplerSettings) -> dict[str, float]:
     """The filters that cut anything, by their parameter name."""
     on = {"top_k": s.top_k if s.top_k > 0 else 0, "top_p": s.top_p if s.top_p < 1 else 0, "min_p": s.min_p}
@@ -61,11 +57,11 @@ def filters(s: SamplerSettings) -> dict[str, float]:
 
 def order_matters(s: SamplerSettings) -> bool:
     """Whether temperature's place among the filters changes anything."""
-    return not greedy(s) and s.temperature != 1 and bool(filters(s))
+    return not s.draws_top_token and s.temperature != 1 and bool(filters(s))
 
 
 def seed_note(s: SamplerSettings, engine: str) -> str | None:
-    if greedy(s):
+    if s.draws_top_token:
         return None
     return (f"seed {s.seed}: {engine} has its own random stream: the same distribution as the app, not the same "
             "tokens (the app draws by inverse CDF with one seeded numpy uniform per step).")
@@ -129,7 +125,7 @@ def mlx_lm(req: CodeRequest) -> Snippet:
              "make_sampler", "", f"model, tokenizer = load({req.model_ref!r})",
              *_prompt_lines(req, "prompt_ids", "tokenizer.encode({0}{1})"), "n_prompt = len(prompt_ids)",
              f"max_tokens = {s.max_tokens}", ""]
-    if not greedy(s):
+    if not s.draws_top_token:
         lines += [*_comment(seed_note(s, "mlx")), f"mx.random.seed({s.seed})"]
     lines += [*_mlx_sampler(s), "", *_mlx_processors(s), "",
               *_comment("The tokens one by one, decoded at the end as the app shows them (mlx-lm's generate() "
@@ -146,7 +142,7 @@ def mlx_lm(req: CodeRequest) -> Snippet:
 
 
 def _mlx_sampler(s: SamplerSettings) -> list[str]:
-    if greedy(s):
+    if s.draws_top_token:
         return [*_comment(top_p_zero_note(s, "mlx-lm reads top_p 0 as off")), "sampler = make_sampler(temp=0.0)"]
     f = filters(s)
     first = s.order == StageOrder.TEMPERATURE_FIRST and order_matters(s)
@@ -200,7 +196,7 @@ def transformers(req: CodeRequest) -> Snippet:
              "model = AutoModelForCausalLM.from_pretrained(model_id, dtype=torch.float32)",
              *_prompt_lines(req, "inputs", 'tokenizer({0}, return_tensors="pt"{1})'),
              'n_prompt = inputs["input_ids"].shape[1]', ""]
-    if not greedy(s):
+    if not s.draws_top_token:
         lines += [*_comment(seed_note(s, "torch")), f"torch.manual_seed({s.seed})"]
     args = [("**inputs", None), *_hf_args(s, last), *_hf_processors(s, last)]
     lines += [*_hf_penalty_class(s), *_call("out = model.generate", args),
@@ -220,7 +216,7 @@ def _hf_imports(s: SamplerSettings, last: bool) -> list[str]:
 
 def _hf_args(s: SamplerSettings, last: bool) -> list[Arg]:
     args = [_kw("max_new_tokens", str(s.max_tokens))]
-    if greedy(s):
+    if s.draws_top_token:
         return [*args, _kw("do_sample", "False", top_p_zero_note(s, "do_sample=False"))]
     args.append(_kw("do_sample", "True"))
     if last:
@@ -274,25 +270,14 @@ def _hf_penalty_class(s: SamplerSettings) -> list[str]:
 def openai_body(req: CodeRequest) -> tuple[dict, dict]:
     """(the OpenAI request body, the parameters only vLLM-style servers take) for /v1/completions or, in chat
     mode, /v1/chat/completions."""
-    s = req.settings
     body: dict = {"model": req.model_ref}
     if req.messages is None:
         body.update(prompt=req.prompt, logprobs=req.top_logprobs)
     else:
         body.update(messages=_messages(req), logprobs=True, top_logprobs=req.top_logprobs)
-    body.update(max_tokens=s.max_tokens, temperature=0 if greedy(s) else s.temperature)
-    if not greedy(s) and s.top_p < 1:
-        body["top_p"] = s.top_p
-    for name in ("frequency_penalty", "presence_penalty"):
-        if getattr(s, name):
-            body[name] = getattr(s, name)
-    body["seed"] = req.seed
-    if s.stop:
-        body["stop"] = list(s.stop)
-    extra = {} if greedy(s) else {k: v for k, v in filters(s).items() if k != "top_p"}
-    if s.repetition_penalty != 1:
-        extra["repetition_penalty"] = s.repetition_penalty
-    return body, extra
+    fields = request_fields(req.settings, req.seed)  # what the app sends a server it does not recognise
+    extra = {k: fields.pop(k) for k in EXTENSIONS if k in fields}
+    return {**body, **fields}, extra
 
 
 def openai_notes(req: CodeRequest) -> list[str]:
@@ -301,10 +286,10 @@ def openai_notes(req: CodeRequest) -> list[str]:
     if s.order == StageOrder.TEMPERATURE_LAST and order_matters(s):
         notes.append("temperature last cannot be expressed: OpenAI-compatible servers (vLLM) apply temperature "
                      "before their filters.")
-    if s.repetition_penalty != 1 or (not greedy(s) and set(f) - {"top_p"}):
+    if s.repetition_penalty != 1 or (not s.draws_top_token and set(f) - {"top_p"}):
         notes.append("top_k, min_p and repetition_penalty are not OpenAI parameters: vLLM (and the llama.cpp and "
                      "mlx-lm servers) take them; OpenAI's own API does not.")
-    if not greedy(s) and "min_p" in f and "top_p" in f:
+    if not s.draws_top_token and "min_p" in f and "top_p" in f:
         notes.append("vLLM applies min-p before top-k and top-p (the app: top-k, top-p, then min-p): with top-p "
                      "and min-p both on, the kept set can differ.")
     notes.append(seed_note(s, "the server"))
@@ -360,7 +345,7 @@ def openai_curl(req: CodeRequest) -> Snippet:
 # llama.cpp --------------------------------------------------------------------------------------------------------
 def llama_cpp_body(req: CodeRequest) -> dict:
     s = req.settings
-    g = greedy(s)
+    g = s.draws_top_token
     stages = ["top_k", "top_p", "min_p"]
     order = [*stages, "temperature"] if s.order == StageOrder.TEMPERATURE_LAST else ["temperature", *stages]
     body = {"prompt": req.rendered if req.messages is not None and req.rendered else req.prompt,

@@ -19,7 +19,6 @@ from app.core.settings import SamplerSettings
 STANDARD = {"temperature": "temperature", "top_p": "top_p", "frequency_penalty": "frequency_penalty",
             "presence_penalty": "presence_penalty"}  # OpenAI's own sampling fields
 EXTENSIONS = {"top_k": "top_k", "min_p": "min_p", "repetition_penalty": "repetition_penalty"}
-TOP_P_MIN = 1e-6  # ours: top-p 0 keeps one token (mlx-lm reads 0 as off, vLLM refuses it); this keeps one anywhere
 
 
 @dataclass(frozen=True)
@@ -60,8 +59,11 @@ def detect(models: Sequence[Mapping[str, Any]]) -> Dialect:
 
 
 def neutral_values(s: SamplerSettings, dialect: Dialect) -> dict[str, Any]:
-    """Our settings as the server's numbers (off as its neutral value)."""
-    return {"temperature": s.temperature, "top_p": 1.0 if s.top_p >= 1 else max(s.top_p, TOP_P_MIN),
+    """Our settings as the server's numbers (off as its neutral value). Always the top token is asked for as
+    temperature 0: our top-p 0 keeps one token, where mlx-lm reads 0 as off and vLLM refuses it."""
+    if s.draws_top_token:
+        s = s.with_(temperature=0.0, top_p=1.0)
+    return {"temperature": s.temperature, "top_p": s.top_p,
             "top_k": s.top_k or dialect.top_k_off, "min_p": s.min_p, "repetition_penalty": s.repetition_penalty,
             "frequency_penalty": s.frequency_penalty, "presence_penalty": s.presence_penalty}
 

@@ -100,7 +100,14 @@ class SamplerSettings:
 
     @property
     def greedy(self) -> bool:
+        """Temperature 0: the pipeline's greedy stage (its record names it so)."""
         return self.temperature == 0
+
+    @property
+    def draws_top_token(self) -> bool:
+        """Always the top token: temperature 0, or top-p 0 (which keeps one token here). Another engine is asked
+        for this as greedy (temperature 0)."""
+        return self.temperature == 0 or self.top_p == 0
 
     @property
     def uses_penalties(self) -> bool:

@@ -581,3 +581,19 @@ def test_a_reply_whose_tokens_cannot_be_told_apart_says_so_instead_of_recording_
         TokenMaker(Vocab()).tokens([e("x", "y"), e("z", "w")], "abc")
     tokens = TokenMaker(Vocab()).tokens([e("x", "ab"), e("z", "w")], "abc")  # one listed: the other is "c"
     assert [t.text for t in tokens] == ["ab", "c"] and tokens[1].logprob is None and tokens[1].id < 0
+
+
+@pytest.mark.parametrize("settings", [SamplerSettings(temperature=0.8, top_p=0.0, max_tokens=3, seed=9),
+                                      SamplerSettings(temperature=0.7, top_k=5, min_p=0.1, repetition_penalty=1.1,
+                                                      frequency_penalty=0.2, max_tokens=3, seed=4, stop=("\n",))])
+def test_view_code_shows_the_request_a_run_sends(settings):
+    from app.core.codegen import CodeRequest, openai_json
+
+    with fake_server(stream_tokens(3)) as srv:
+        spec = ModelSpec(source="", backend="remote", base_url=srv.url)
+        with closing(load_remote(spec)) as model:
+            finished(run(model, Request(model=spec, prompt="hi", settings=settings)))
+    sent = srv.bodies[-1]
+    shown = json.loads(openai_json(CodeRequest(settings, "hi")).code)
+    asked = {"logprobs", "top_logprobs", "stream", "stream_options", "model", "prompt"}
+    assert {k: v for k, v in sent.items() if k not in asked} == {k: v for k, v in shown.items() if k not in asked}

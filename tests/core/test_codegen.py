@@ -115,7 +115,7 @@ def test_top_p_zero_is_written_as_greedy_and_said_so():
     req = CodeRequest(SamplerSettings(temperature=0.8, top_p=0.0, seed=2), PROMPT)
     assert "make_sampler(temp=0.0)" in mlx_lm(req).code and "top_p 0 keeps one token" in mlx_lm(req).code
     assert "do_sample=False" in transformers(req).code
-    assert openai_body(req)[0]["temperature"] == 0 and "top_p" not in openai_body(req)[0]
+    assert openai_body(req)[0]["temperature"] == 0 and openai_body(req)[0]["top_p"] == 1  # as the app sends it
     assert llama_cpp_body(req)["temperature"] == 0
 
 
