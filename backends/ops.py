@@ -22,7 +22,7 @@ class ArrayOps(Protocol):
     def f32(self, x: Any) -> Array: ...  # host or device values -> device float32
     def numpy(self, x: Array) -> np.ndarray: ...  # device -> host
     def sync(self, arrays: list[Array]) -> None: ...  # evaluate lazily built arrays together
-    def compile(self, fn: Any) -> Any: ...  # fn itself, or a compiled version (pure functions of arrays only)
+    def compile(self, fn: Any) -> Any: ...  # fn itself, or compiled (fn: pure, arrays in, a tuple of arrays out)
     def start(self, arrays: list[Array]) -> None: ...  # begin computing these in the background (lazy frameworks)
     def where(self, cond: Array, a: Array, b: Array | float) -> Array: ...
     def cumsum(self, x: Array) -> Array: ...

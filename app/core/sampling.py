@@ -5,7 +5,7 @@ A stage takes logits and returns a `Cut`: the logits it left (a cut token's logi
 The draw is an inverse CDF over the final distribution with one uniform number from the run's seeded
 generator, so a seed gives the same tokens on every backend and a recorded step can be re-drawn under other
 settings. `sample` also records what every stage received, left, kept and cut at, for the top-N raw
-candidates (a `Sample`, defined in trace.py): views draw that record and compute no stage themselves.
+candidates (a `Sample`, defined in record.py): views draw that record and compute no stage themselves.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from app.core.record import Sample
 from app.core.settings import SamplerSettings, StageOrder
-from app.core.trace import Sample
 from backends.ops import NUMPY, Array, ArrayOps
 
 NEG_INF = float("-inf")
@@ -198,38 +198,136 @@ def sample(
     return start_sample(ops, logits, settings, u, history=history, top_n=top_n, record=record).result()
 
 
-@dataclass
+# What a step hands the host, by what the host asked for: a token alone (`Drawn`), the record (`Recorded`), or
+# the pipeline's own arrays, from which the host makes the record on numpy (`CutRows`). The type is the step's
+# mode. A compiled step returns flat arrays (`arrays`, `from_arrays`): the executors' compilers take no records.
+
+class Drawn(NamedTuple):
+    """A step that only draws: its token, and whether there was anything to draw from."""
+
+    token: Array  # (1,) int
+    lse: Array  # (1,) the final distribution's logsumexp: not finite when no logit was
+
+    @property
+    def final_lse(self) -> float:
+        return float(self.lse[0])
+
+    def arrays(self) -> tuple[Array, ...]:
+        return tuple(self)
+
+    @classmethod
+    def from_arrays(cls, arrays: Sequence[Array]) -> Drawn:
+        return cls(*arrays)
+
+
+class StepScalars(NamedTuple):
+    """The drawn token's numbers: stacked in this order into one float32 vector on the device (one transfer),
+    read back by name on the host."""
+
+    token: Array
+    prob: Array  # in the final distribution
+    raw_logprob: Array
+    rank: Array  # 0-based, in the raw distribution
+    entropy: Array  # of the raw distribution (nats)
+    final_entropy: Array
+    raw_lse: Array
+    final_lse: Array  # not finite: no finite logit to draw from
+
+
+_FINAL_LSE = StepScalars._fields.index("final_lse")
+
+
+class Recorded(NamedTuple):
+    """A step that records: its token and what a `Sample` keeps, over the top-N raw candidates and the S stages."""
+
+    token: Array  # (1,) int
+    scalars: Array  # (8,) float32: a `StepScalars`, stacked
+    kept_counts: Array  # (S,) tokens of the whole vocabulary each stage kept
+    top_ids: Array  # (K,) the top-K raw logits' ids, descending (K = RECORD_K or the vocabulary)
+    top_logits: Array  # (K,)
+    probs: Array  # (S+1, N) row 0 the raw distribution, row s+1 after stage s
+    kept: Array  # (S, N) bool
+    thresholds: Array  # (S,) where each stage cut, in its input's probability space (NaN: nowhere)
+    top_p_cumulative: Array | None  # (N,) top-p's running mass at each candidate; None: top-p did not run
+
+    @property
+    def final_lse(self) -> float:
+        return float(self.scalars[_FINAL_LSE])
+
+    def arrays(self) -> tuple[Array, ...]:
+        return tuple(self) if self.top_p_cumulative is not None else tuple(self)[:-1]
+
+    @classmethod
+    def from_arrays(cls, arrays: Sequence[Array]) -> Recorded:
+        return cls(*arrays) if len(arrays) == len(cls._fields) else cls(*arrays, None)
+
+    def sample(self, stage_names: tuple[str, ...], u: float) -> Sample:
+        """The trace's record of this step (on the host)."""
+        sc = StepScalars._make(self.scalars.tolist())  # Python floats: float32 values, exactly
+        return Sample.record(
+            token=int(self.token[0]), rank=int(sc.rank), u=u, stage_names=stage_names, top_ids=self.top_ids,
+            top_logits=self.top_logits, probs=self.probs, kept=self.kept, thresholds=self.thresholds,
+            kept_counts=self.kept_counts, top_p_cumulative=self.top_p_cumulative, prob=sc.prob,
+            raw_logprob=sc.raw_logprob, entropy=max(0.0, sc.entropy), final_entropy=max(0.0, sc.final_entropy),
+            raw_lse=sc.raw_lse,
+        )
+
+
+class CutRows(NamedTuple):
+    """A step whose record the host makes (`_host_record`): its token and what the pipeline computed anyway."""
+
+    token: Array  # (1,) int
+    cut_at: Array  # (2S+1,) each stage's logit line, then its mass (NaN: none), then the final lse
+    rows: Array  # (S+1, V) the sanitized logits and each stage's output
+    orders: tuple[Array, ...]  # top-p's sorted input and running mass (2, V), where it ran
+
+    @property
+    def final_lse(self) -> float:
+        return float(self.cut_at[-1])
+
+    def arrays(self) -> tuple[Array, ...]:
+        return (self.token, self.cut_at, self.rows, *self.orders)
+
+    @classmethod
+    def from_arrays(cls, arrays: Sequence[Array]) -> CutRows:
+        return cls(arrays[0], arrays[1], arrays[2], tuple(arrays[3:]))
+
+
+StepOutput = Drawn | Recorded | CutRows
+Mode = type[Drawn] | type[Recorded] | type[CutRows]
+
+
+@dataclass(slots=True)
 class PendingSample:
     """A drawn token still on the device: feed `token` to the next forward, then read `result()`, so the
     device computes step t+1 while the host turns step t into a trace (as mlx-lm's generate_step does)."""
 
     ops: ArrayOps
-    outputs: tuple
+    out: StepOutput  # on the device
     stage_names: tuple[str, ...]
     u: float
-    host_record: Callable[..., tuple] | None = None  # the record on numpy, from the step's host outputs
+    top_n: int
 
     @property
     def token(self) -> Array:  # (1,) int, on the device
-        return self.outputs[0]
+        return self.out.token
+
+    @property
+    def outputs(self) -> tuple[Array, ...]:
+        """Every array of the step (to queue them together)."""
+        return self.out.arrays()
 
     def result(self) -> Sample | int:
-        self.ops.sync(list(self.outputs))
-        host = [self.ops.numpy(a) for a in self.outputs]
-        if not math.isfinite(float(host[1][-1])):
+        arrays = self.outputs
+        self.ops.sync(list(arrays))
+        host = type(self.out).from_arrays([self.ops.numpy(a) for a in arrays])
+        if not math.isfinite(host.final_lse):
             raise NoValidTokenError("the model produced no finite logits (NaN or infinity): try float32")
-        token = int(host[0][0])
-        if self.host_record is not None:
-            host = list(self.host_record(*host))
-        if len(host) == 2:
-            return token
-        _, sc, counts, ids, vals, probs, kept, lines, *cumulative = host
-        return Sample.record(
-            token=token, rank=int(sc[3]), u=self.u, stage_names=self.stage_names, top_ids=ids, top_logits=vals,
-            probs=probs, kept=kept, thresholds=lines, kept_counts=counts,
-            top_p_cumulative=cumulative[0] if cumulative else None, prob=sc[1], raw_logprob=sc[2],
-            entropy=max(0.0, float(sc[4])), final_entropy=max(0.0, float(sc[5])), raw_lse=sc[6],
-        )
+        if isinstance(host, Drawn):
+            return int(host.token[0])
+        if isinstance(host, CutRows):
+            host = _host_record(host, len(self.stage_names), self.top_n)
+        return host.sample(self.stage_names, self.u)
 
 
 def start_sample(
@@ -251,19 +349,15 @@ def start_sample(
     vocab = int(logits.shape[0])
     top_n = min(top_n, vocab)
     penalties = history is not None and settings.uses_penalties
-    mode = (HOST if ops.host_record else RECORD) if record else DRAW
+    mode: Mode = (CutRows if ops.host_record else Recorded) if record else Drawn
     step, names = _step_function(ops, _pipeline(settings), vocab, top_n, mode, penalties)
     hist = (history.context, history.generated) if penalties else ()
     # -inf arithmetic is intended (masks); a step with no finite logit is caught in `result`.
     with np.errstate(all="ignore"):
-        out = step(logits, ops.f32(u), *hist)
+        out, bumped = step(logits, ops.f32(u), *hist)
     if penalties:
-        *out, history.context, history.generated = out
-    later = partial(_host_record, len(names), top_n) if mode == HOST else None
-    return PendingSample(ops, tuple(out), names, u, later)
-
-
-DRAW, RECORD, HOST = "draw", "record", "host"  # the device step draws; draws and records; draws for a host record
+        history.context, history.generated = bumped
+    return PendingSample(ops, out, names, u, top_n)
 
 
 @lru_cache(maxsize=64)
@@ -273,61 +367,80 @@ def _pipeline(settings: SamplerSettings) -> SamplerSettings:
 
 
 @lru_cache(maxsize=64)
-def _step_function(ops: ArrayOps, settings: SamplerSettings, vocab: int, top_n: int, mode: str,
-                   penalties: bool) -> tuple[Callable[..., tuple], tuple[str, ...]]:
+def _step_function(ops: ArrayOps, settings: SamplerSettings, vocab: int, top_n: int, mode: Mode,
+                   penalties: bool) -> tuple[Callable[..., tuple[StepOutput, tuple[Array, ...]]], tuple[str, ...]]:
     """The device step, compiled where the executor can (its stages made once per settings, not per step), and
-    the names of its stages (penalties first when they apply)."""
+    the names of its stages (penalties first when they apply). The step returns the `mode`'s record and the
+    history's counts after the draw (with penalties)."""
     stages = make_stages(settings, vocab)
 
-    def step(logits: Array, u: Array, *hist: Array) -> tuple:
+    def step(logits: Array, u: Array, *hist: Array) -> tuple[StepOutput, tuple[Array, ...]]:
         return _device_step(ops, stages, settings, top_n, mode, logits, u, *hist)
 
     names = ("penalties",) * penalties + tuple(name for name, _ in stages)
-    return ops.compile(step), names
+    return _compiled(ops, step, mode), names
 
 
-def _device_step(ops, stages, s, top_n, mode, logits, u, *hist) -> tuple:  # noqa: ANN001
-    """Everything on the device and nothing on the host: pipeline, draw, history update, and the record (RECORD)
-    or what the host makes it from (HOST)."""
+def _compiled(ops: ArrayOps, step: Callable[..., tuple[StepOutput, tuple[Array, ...]]],
+              mode: Mode) -> Callable[..., tuple[StepOutput, tuple[Array, ...]]]:
+    """`step`, compiled where the executor can. A compiler takes arrays out, not records: the compiled step hands
+    its arrays over flat (the counts first), and they are put back into the `mode`'s record here."""
+    def flat(logits: Array, u: Array, *hist: Array) -> tuple[Array, ...]:
+        out, bumped = step(logits, u, *hist)
+        return (*bumped, *out.arrays())
+
+    compiled = ops.compile(flat)
+    if compiled is flat:  # not compiled (numpy, torch): no need to flatten
+        return step
+
+    def unflat(logits: Array, u: Array, *hist: Array) -> tuple[StepOutput, tuple[Array, ...]]:
+        arrays = compiled(logits, u, *hist)
+        return mode.from_arrays(arrays[len(hist):]), tuple(arrays[:len(hist)])
+
+    return unflat
+
+
+def _device_step(ops: ArrayOps, stages: Sequence[Stage], s: SamplerSettings, top_n: int, mode: Mode,
+                 logits: Array, u: Array, *hist: Array) -> tuple[StepOutput, tuple[Array, ...]]:
+    """Everything on the device and nothing on the host: pipeline, draw, the history's counts after it, and the
+    record (`Recorded`) or what the host makes it from (`CutRows`)."""
     raw = sanitize(ops, logits)
     cuts = _run_stages(ops, stages, s, raw, *hist)
-    rows = _rows(ops, raw, cuts) if mode == RECORD else Dist(ops, cuts[-1].x)
-    cdf = ops.cumsum(rows.e[-1] / rows.z[-1] if mode == RECORD else rows.p)  # the final distribution
+    rows = _rows(ops, raw, cuts) if mode is Recorded else Dist(ops, cuts[-1].x)
+    cdf = ops.cumsum(rows.e[-1] / rows.z[-1] if mode is Recorded else rows.p)  # the final distribution
     # u is capped one float32 step below 1 so that u * total < total survives rounding: the first index where
     # the CDF passes u * total always exists and always has p > 0.
     token = ops.minimum(ops.sum(cdf <= ops.minimum(u, U_MAX) * cdf[-1]), raw.shape[0] - 1)
     tok = ops.stack([token])  # (1,)
     bumped = tuple(bump(ops, h, tok) for h in hist)
-    if mode == RECORD:
-        return (*_record(ops, raw, cuts, rows, tok, top_n), *bumped)
-    if mode == HOST:
-        return (tok, *_cut_arrays(ops, raw, cuts, rows.lse), *bumped)
-    return (tok, ops.stack([rows.lse]), *bumped)  # lse (1,): `result` checks it is finite
+    if mode is Recorded:
+        return _record(ops, raw, cuts, rows, tok, top_n), bumped
+    if mode is CutRows:
+        return _cut_rows(ops, raw, cuts, rows.lse, tok), bumped
+    return Drawn(tok, ops.stack([rows.lse])), bumped  # lse (1,): `result` checks it is finite
 
 
-def _cut_arrays(ops: ArrayOps, raw: Array, cuts: list[Cut], lse: Array) -> tuple:
-    """What the host's record needs of the pipeline, which it then does not run again: (2S+1,) each stage's line
-    and mass (NaN: none) and the final lse; (S+1, V) the sanitized logits and each stage's output; top-p's order
-    as (2, V). A handful of arrays the device has computed anyway, read in one transfer each."""
-    small = ops.stack([*(NAN if c.line is None else c.line for c in cuts),
-                       *(NAN if c.mass is None else c.mass for c in cuts), lse])
+def _cut_rows(ops: ArrayOps, raw: Array, cuts: list[Cut], lse: Array, tok: Array) -> CutRows:
+    """What the host's record needs of the pipeline, which it then does not run again. A handful of arrays the
+    device has computed anyway, read in one transfer each."""
+    cut_at = ops.stack([*(NAN if c.line is None else c.line for c in cuts),
+                        *(NAN if c.mass is None else c.mass for c in cuts), lse])
     orders = tuple(ops.stack(list(c.order)) for c in cuts if c.order is not None)
-    return (small, ops.stack([raw, *(c.x for c in cuts)]), *orders)
+    return CutRows(tok, cut_at, ops.stack([raw, *(c.x for c in cuts)]), orders)
 
 
-def _host_record(stages: int, top_n: int, tok: np.ndarray, small: np.ndarray, x: np.ndarray,
-                 *orders: np.ndarray) -> tuple:
-    """`_device_step`'s record on numpy, from the `_cut_arrays` of the step that drew `tok`."""
-    values, orders = small.tolist(), iter(orders)  # Python floats: cheaper to test than numpy scalars
+def _host_record(host: CutRows, stages: int, top_n: int) -> Recorded:
+    """`_device_step`'s record on numpy, from the `CutRows` of a step with `stages` stages."""
+    values, orders, x = host.cut_at.tolist(), iter(host.orders), host.rows  # floats: cheaper to test than numpy's
     lines, masses = values[:stages], values[stages:-1]
     cuts = [Cut(x[i + 1], line=None if math.isnan(line) else np.float32(line),
                 mass=None if math.isnan(mass) else mass, order=None if math.isnan(mass) else tuple(next(orders)))
             for i, (line, mass) in enumerate(zip(lines, masses, strict=True))]
     with np.errstate(all="ignore"):
-        return _record(NUMPY, x[0], cuts, Dist(NUMPY, x), tok.astype(np.int64), top_n)
+        return _record(NUMPY, x[0], cuts, Dist(NUMPY, x), host.token.astype(np.int64), top_n)
 
 
-def _run_stages(ops, stages, s, raw, *hist) -> list[Cut]:  # noqa: ANN001
+def _run_stages(ops: ArrayOps, stages: Sequence[Stage], s: SamplerSettings, raw: Array, *hist: Array) -> list[Cut]:
     """Each stage's cut of the sanitized logits `raw`, in order (the penalties' first when `hist` is given)."""
     cuts = [Cut(apply_penalties(ops, raw, s, *hist))] if hist else []
     for _, fn in stages:
@@ -341,25 +454,26 @@ def _rows(ops: ArrayOps, raw: Array, cuts: list[Cut]) -> Dist:
     return Dist(ops, ops.stack([raw, *(c.x for c in cuts)]))
 
 
-def _record(ops, raw, cuts, rows, tok, top_n) -> tuple:  # noqa: ANN001
+def _record(ops: ArrayOps, raw: Array, cuts: list[Cut], rows: Dist, tok: Array, top_n: int) -> Recorded:
     """What the trace keeps of one step: the drawn token's numbers, the top-K raw logits and, over the top-N raw
     candidates, each stage's input and output probabilities, what it kept and its threshold."""
     vocab, last = raw.shape[0], len(cuts)
     top_vals, top_ids = ops.topk(raw, min(RECORD_K, vocab))
     ids = top_ids[:top_n]
-    probs = rows.at(ids)  # (S+1, N)
     finite = ops.isfinite(rows.x[1:])  # (S, V): what each stage left
-    kept = finite[:, ids]  # (S, N)
-    counts = ops.sum(finite, axis=-1)  # (S,)
-    lines = ops.stack([_threshold(ops, c, rows, i) for i, c in enumerate(cuts)])  # (S,)
     cumulative = [_cumulative(ops, c, rows.x[i], ids) for i, c in enumerate(cuts) if c.order is not None]
     raw_tok = ops.take(raw, tok)
     rank = ops.sum(raw > raw_tok) + ops.sum((raw == raw_tok) & (ops.arange(vocab) < tok))
     logp = rows.xm[:, tok][:, 0] - rows.log_z  # (S+1,) the token's log-probability in each row
     entropy, lse = rows.entropy(slice(None, None, last)), rows.lse  # rows 0 and S (raw, final) only: a view
-    scalars = ops.stack([ops.f32(tok[0]), ops.exp(logp[last]), logp[0], ops.f32(rank), entropy[0], entropy[1],
-                         lse[0], lse[last]])
-    return (tok, scalars, counts, top_ids, top_vals, probs, kept, lines, *cumulative)
+    scalars = StepScalars(token=ops.f32(tok[0]), prob=ops.exp(logp[last]), raw_logprob=logp[0], rank=ops.f32(rank),
+                          entropy=entropy[0], final_entropy=entropy[1], raw_lse=lse[0], final_lse=lse[last])
+    return Recorded(
+        token=tok, scalars=ops.stack(list(scalars)), kept_counts=ops.sum(finite, axis=-1), top_ids=top_ids,
+        top_logits=top_vals, probs=rows.at(ids), kept=finite[:, ids],
+        thresholds=ops.stack([_threshold(ops, c, rows, i) for i, c in enumerate(cuts)]),
+        top_p_cumulative=cumulative[0] if cumulative else None,
+    )
 
 
 def _threshold(ops: ArrayOps, cut: Cut, rows: Dist, i: int) -> Array | float:

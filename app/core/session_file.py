@@ -1,6 +1,6 @@
 """The session file: what a person made in the window as one versioned JSON Lines file. A header line (prompt,
 chat messages, sampler settings, the model's source and backend, the run shown), then per run a line with its
-name followed by its trace in the trace file's own lines (`trace_file.py`; the trace's header holds the run id
+name followed by its trace in the trace file's own lines (`trace.to_lines`; the trace's header holds the run id
 and parent). Written atomically, read back equal; a newer or damaged file raises `SessionFormatError` naming
 file and line, and nothing is half-loaded. A lone run's trace file opens as a session of that run. No Qt.
 """
@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from app.core import trace as traces  # (`trace` names a run's trace here)
 from app.core import trace_file
 from app.core.events import Finished, Message, Prefilled, Request
 from app.core.files import brief, check_header, is_a, parse_json, read_field, whole, write_lines
@@ -94,7 +95,7 @@ class EncodedTraces:
     def lines(self, trace: RunTrace) -> list[str]:
         hit = self._lines.get(self._key(trace))
         if hit is None or hit[0] is not trace.steps or hit[1] != len(trace.steps):
-            hit = trace.steps, len(trace.steps), [_dumps(obj) for obj in trace_file.to_lines(trace)]
+            hit = trace.steps, len(trace.steps), [_dumps(obj) for obj in traces.to_lines(trace)]
             self._lines[self._key(trace)] = hit
         return hit[2]
 
@@ -237,7 +238,7 @@ def _run(lines: Sequence[str | bytes], i: int, name: str) -> tuple[SavedRun, int
 def _trace(lines: Iterable[str | bytes], name: str, first: int) -> RunTrace:
     """A trace whose first line is line `first` (1-based) of the file: errors name the file's line."""
     try:
-        return trace_file.from_lines(lines, name)
+        return traces.from_lines(lines, name)
     except TraceFormatError as e:
         where, _, why = str(e).removeprefix(f"{name}:").partition(": ")
         raise SessionFormatError(f"{name}:{int(where) + first - 1}: {why}") from None

@@ -3,61 +3,56 @@ read back equal, bit for bit. JSON has no NaN or infinity: every number that is 
 -inf, a NaN "not observed", a time) is written as the string "NaN", "Infinity" or "-Infinity". Every field is
 checked as it is read: a file from a newer format version, or a damaged one (bad JSON, a field missing or of the
 wrong type, arrays whose shapes disagree), raises `TraceFormatError` naming the file, the line and the field;
-nothing is half-loaded. `RunTrace.save` / `RunTrace.load` are the way in.
+nothing is half-loaded. Works on a run's parts (its HEADER and FOOTER fields, its steps): `RunTrace.save` /
+`RunTrace.load` (trace.py) are the way in.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, fields
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from app.core.files import brief, check_header, is_a, parse_json, read_field, whole, write_lines
+from app.core.files import brief, check_header, is_a, parse_json, read_field, whole
 from app.core.metrics import Metrics
+from app.core.record import SCALARS, Sample, StepTrace, json_floats
 from app.core.settings import SamplerSettings, StageOrder
-from app.core.trace import SCALARS, RunTrace, Sample, StepTrace, _floats
 
 FORMAT = "logitlab-trace"
 VERSION = 1
 STAGES = ("penalties", "greedy", "temperature", "top_k", "top_p", "min_p")  # the names a record's stages have
 MAX_ID = 2**31 - 1  # token ids are int32
+HEADER = ("run_id", "parent", "model", "settings", "seed", "prompt_ids", "prompt_text", "branch")  # a run's fields
+FOOTER = ("finish_reason", "finish_message", "metrics")
 
 
 class TraceFormatError(ValueError):
     """A trace file this version cannot read (newer, damaged or not a trace); the message names file and line."""
 
 
-def save(run: RunTrace, path: str | os.PathLike) -> None:
-    """Write the trace as JSON Lines (a header, one line per step, a footer), atomically: a reader sees the
-    old file or the whole new one, never half of it."""
-    write_lines(path, (json.dumps(obj, ensure_ascii=False, allow_nan=False) for obj in to_lines(run)))
-
-def load(path: str | os.PathLike) -> RunTrace:
-    """Read a file `save` wrote; a newer, damaged or truncated file raises `TraceFormatError`."""
-    path = Path(path)
-    with path.open("rb") as f:
-        return from_lines(f, str(path))
-
-def to_lines(run: RunTrace) -> Iterator[dict[str, Any]]:
-    yield {"format": FORMAT, "version": VERSION, "run_id": run.run_id,
-           "parent": list(run.parent) if run.parent is not None else None, "model": run.model,
-           "settings": run.settings.to_dict(), "seed": run.seed, "prompt_ids": list(run.prompt_ids),
-           "prompt_text": run.prompt_text, "branch": run.branch}
-    for st in run.steps:
+def encode(header: dict[str, Any], steps: Sequence[StepTrace], footer: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The file's lines as JSON objects, of a run with these HEADER and FOOTER fields and steps."""
+    parent, metrics, message = header["parent"], footer["metrics"], footer["finish_message"]
+    yield {"format": FORMAT, "version": VERSION, "run_id": header["run_id"],
+           "parent": list(parent) if parent is not None else None, "model": header["model"],
+           "settings": header["settings"].to_dict(), "seed": header["seed"], "prompt_ids": list(header["prompt_ids"]),
+           "prompt_text": header["prompt_text"], "branch": header["branch"]}
+    for st in steps:
         yield _step_line(st)
-    yield {"end": True, "steps": len(run.steps), "finish_reason": run.finish_reason,
-           "metrics": {k: _out(v) for k, v in asdict(run.metrics).items()} if run.metrics is not None else None,
-           **({"finish_message": run.finish_message} if run.finish_message else {})}
+    yield {"end": True, "steps": len(steps), "finish_reason": footer["finish_reason"],
+           "metrics": {k: _out(v) for k, v in asdict(metrics).items()} if metrics is not None else None,
+           **({"finish_message": message} if message else {})}
 
-def from_lines(lines: Iterable[str | bytes], name: str = "<trace>") -> RunTrace:
-    """The trace in `lines` (a file's lines, UTF-8 bytes or text); `name` names it in error messages."""
-    run: RunTrace | None = None
+
+def decode(lines: Iterable[str | bytes], name: str = "<trace>") -> tuple[dict[str, Any], list[StepTrace],
+                                                                        dict[str, Any]]:
+    """The HEADER fields, steps and FOOTER fields of the trace in `lines` (a file's lines, UTF-8 bytes or text);
+    `name` names it in error messages."""
+    header: dict[str, Any] | None = None
+    steps: list[StepTrace] = []
     footer: dict[str, Any] | None = None
     texts: dict[str, str] = {}  # one string object per distinct text, as a live run holds them
     number = 0
@@ -68,37 +63,35 @@ def from_lines(lines: Iterable[str | bytes], name: str = "<trace>") -> RunTrace:
             obj = parse_json(line)
             if not isinstance(obj, dict):
                 raise ValueError(f"not a JSON object: {brief(obj)}")
-            if run is None:
-                run = _header(obj)
+            if header is None:
+                header = _header(obj)
             elif obj.get("end") is True:
-                footer = _footer(run, obj)
+                footer = _footer(len(steps), obj)
             else:
                 with np.errstate(over="ignore"):  # a number past float32 is read as infinity
-                    run.steps.append(_step_from(obj, len(run.steps), texts))
+                    steps.append(_step_from(obj, len(steps), texts))
         except TraceFormatError as e:
             raise TraceFormatError(f"{name}:{number}: {e}") from None
         except (ValueError, TypeError) as e:  # a field's check (or the record's own) says which and why
             raise TraceFormatError(f"{name}:{number}: damaged trace line ({e})") from None
-    if run is None:
+    if header is None:
         raise TraceFormatError(f"{name}:1: empty file, not a Logit Lab trace")
     if footer is None:
         raise TraceFormatError(f"{name}:{number + 1}: the file ends before the trace's last line (truncated)")
-    run.finish_reason, run.metrics = footer["finish_reason"], footer["metrics"]
-    run.finish_message = footer["finish_message"]
-    return run
+    return header, steps, footer
 
 
-def _header(obj: dict[str, Any]) -> RunTrace:
+def _header(obj: dict[str, Any]) -> dict[str, Any]:
     check_header(obj, FORMAT, VERSION, "trace", TraceFormatError)
     parent = read_field(obj, "parent", lambda v: _list_of(v, whole) and len(v) == 2, "[run id, step]", null=True)
     model = read_field(obj, "model", _model_entry, "an object of text", null=True)
-    return RunTrace(prompt_ids=read_field(obj, "prompt_ids", lambda v: _list_of(v, _id), "a list of token ids"),
-                    settings=read_settings(read_field(obj, "settings", is_a(dict), "an object")),
-                    seed=read_field(obj, "seed", whole, "a whole number"),
-                    run_id=read_field(obj, "run_id", whole, "a whole number"),
-                    parent=tuple(parent) if parent is not None else None, model=model,
-                    prompt_text=read_field(obj, "prompt_text", is_a(str), "text", default=""),
-                    branch=read_field(obj, "branch", is_a(str), "text", null=True, default="") or "")
+    return {"prompt_ids": read_field(obj, "prompt_ids", lambda v: _list_of(v, _id), "a list of token ids"),
+            "settings": read_settings(read_field(obj, "settings", is_a(dict), "an object")),
+            "seed": read_field(obj, "seed", whole, "a whole number"),
+            "run_id": read_field(obj, "run_id", whole, "a whole number"),
+            "parent": tuple(parent) if parent is not None else None, "model": model,
+            "prompt_text": read_field(obj, "prompt_text", is_a(str), "text", default=""),
+            "branch": read_field(obj, "branch", is_a(str), "text", null=True, default="") or ""}
 
 
 def read_settings(value: dict[str, Any], key: str = "settings") -> SamplerSettings:
@@ -118,11 +111,11 @@ _SETTING_KINDS = {"stop": (lambda v: _list_of(v, is_a(str)), "a list of text"),
                   "order": (lambda v: v in [o.value for o in StageOrder], " or ".join(o.value for o in StageOrder))}
 
 
-def _footer(run: RunTrace, obj: dict[str, Any]) -> dict[str, Any]:
-    """The footer's finish reason and metrics, once its step count is checked."""
+def _footer(held: int, obj: dict[str, Any]) -> dict[str, Any]:
+    """The footer's finish reason and metrics, once its step count is checked against the `held` steps."""
     steps = read_field(obj, "steps", whole, "a whole number")
-    if steps != len(run.steps):
-        raise TraceFormatError(f"the footer counts {steps} steps, the file holds {len(run.steps)}")
+    if steps != held:
+        raise TraceFormatError(f"the footer counts {steps} steps, the file holds {held}")
     m = read_field(obj, "metrics", is_a(dict), "an object", null=True)
     return {"finish_reason": read_field(obj, "finish_reason", is_a(str), "text", null=True),
             # absent: files of before it was written, and runs without error
@@ -143,13 +136,13 @@ def _step_line(st: StepTrace) -> dict[str, Any]:
     s = st.sample
     line = {"step": st.step, "token": s.token, "text": st.text, "top_texts": list(st.top_texts),
             "seconds": _out(st.seconds), "rank": s.rank, "u": _out(s.u), "stages": list(s.stage_names),
-            "reported": s.reported, **dict(zip(SCALARS, _floats(s.values[: len(SCALARS)]), strict=True)),
-            "top_ids": s.top_ids.tolist(), "probs": [_floats(row) for row in s.probs],
+            "reported": s.reported, **dict(zip(SCALARS, json_floats(s.values[: len(SCALARS)]), strict=True)),
+            "top_ids": s.top_ids.tolist(), "probs": [json_floats(row) for row in s.probs],
             "kept": s.kept.astype(int).tolist()}
     if not s.is_partial:
-        line.update(top_logits=_floats(s.top_logits), thresholds=_floats(s.thresholds),
+        line.update(top_logits=json_floats(s.top_logits), thresholds=json_floats(s.thresholds),
                     kept_counts=s.kept_counts.tolist(),
-                    top_p_cumulative=None if s.top_p_cumulative is None else _floats(s.top_p_cumulative))
+                    top_p_cumulative=None if s.top_p_cumulative is None else json_floats(s.top_p_cumulative))
     return line
 
 

@@ -8,7 +8,7 @@ import pytest
 from app.core.sampling import History, Sample, sample
 from app.core.settings import SamplerSettings
 from backends import installed
-from backends.ops import NUMPY
+from backends.ops import NUMPY, NumpyOps
 
 CASES = [SamplerSettings(temperature=0.7), SamplerSettings(temperature=0), SamplerSettings(temperature=1.2, top_k=20,
          top_p=0.8), SamplerSettings(temperature=0.9, min_p=0.05, order="temperature-last"),
@@ -16,8 +16,25 @@ CASES = [SamplerSettings(temperature=0.7), SamplerSettings(temperature=0), Sampl
                                                                       frequency_penalty=0.5, presence_penalty=0.4)]
 
 
+class CompilingNumpy(NumpyOps):
+    """numpy behind a stand-in compiler that, like mx.compile, takes a step whose outputs are arrays only: the
+    paths MLX takes (its record made on the host, or on the device) run without mlx."""
+
+    def __init__(self, host_record: bool) -> None:
+        self.host_record = host_record
+
+    def compile(self, fn):
+        def compiled(*args):
+            out = fn(*args)
+            assert isinstance(out, tuple) and all(isinstance(a, np.ndarray) for a in out), out
+            return out
+
+        return compiled
+
+
 def executors():
-    out = []
+    out = [pytest.param(CompilingNumpy(host_record=True), id="numpy-compiled-host-record"),
+           pytest.param(CompilingNumpy(host_record=False), id="numpy-compiled-device-record")]
     if installed("torch"):
         import torch
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.core import trace_file
+from app.core import trace as traces
 from app.core.events import Finished, Message, Request
 from app.core.metrics import Metrics
 from app.core.session import Session
@@ -161,8 +161,8 @@ def test_saving_replaces_the_file_atomically_and_a_failed_save_keeps_the_old_fil
 
 def test_later_saves_reuse_each_run_s_encoded_lines_and_write_the_same_file(tmp_path: Path, monkeypatch):
     encoded = []
-    real = trace_file.to_lines
-    monkeypatch.setattr(trace_file, "to_lines", lambda trace: (encoded.append(trace.run_id), real(trace))[1])
+    real = traces.to_lines
+    monkeypatch.setattr(traces, "to_lines", lambda trace: (encoded.append(trace.run_id), real(trace))[1])
     session, ids = make_session()
     doc, cache = make_doc(session, ids), EncodedTraces()
     save(doc, tmp_path / "first.jsonl", cache)

@@ -16,12 +16,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.core import trace_file
 from app.core.export import candidates_csv, steps_csv, to_markdown
 from app.core.metrics import Metrics
 from app.core.sampling import History, sample
 from app.core.settings import SamplerSettings
-from app.core.trace import RunTrace, Sample, StepTrace
+from app.core.trace import RunTrace, Sample, StepTrace, from_lines, to_lines
 from app.core.trace_file import TraceFormatError
 from backends.ops import NUMPY
 
@@ -177,7 +176,7 @@ def test_the_command_line_json_keeps_its_keys_and_says_what_was_observed():
 
 def lines_of(run: RunTrace) -> list[str]:
     """The file's lines, as `save` writes them."""
-    return [json.dumps(obj, ensure_ascii=False, allow_nan=False) for obj in trace_file.to_lines(run)]
+    return [json.dumps(obj, ensure_ascii=False, allow_nan=False) for obj in to_lines(run)]
 
 
 def strict_json(line: str) -> object:
@@ -191,7 +190,7 @@ def strict_json(line: str) -> object:
 def assert_usable(run: RunTrace) -> None:
     """A trace every part of the app can use: it saves and reads back to the same lines, and exports."""
     lines = lines_of(run)
-    assert lines_of(trace_file.from_lines(lines)) == lines
+    assert lines_of(from_lines(lines)) == lines
     for text in (steps_csv(run), candidates_csv(run), to_markdown(run)):
         assert text
 
@@ -331,7 +330,7 @@ TRACE_OBJS = [json.loads(line) for line in lines_of(make_run(steps=2))]
 def test_whatever_a_trace_file_holds_it_is_read_whole_or_refused_in_one_line(data):
     lines = mutate(data, TRACE_OBJS)
     try:
-        run = trace_file.from_lines(lines, "f.jsonl")
+        run = from_lines(lines, "f.jsonl")
     except TraceFormatError as e:
         assert str(e).startswith("f.jsonl:") and "\n" not in str(e)
     else:
