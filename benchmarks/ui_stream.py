@@ -162,6 +162,7 @@ def main() -> None:
     store = QSettings(os.path.join(tempfile.mkdtemp(), "s.ini"), QSettings.Format.IniFormat)
     worker = SyntheticWorker(args.tokens, args.rate)
     w = MainWindow(settings=store, worker=worker)
+    w.sessions.ask = lambda: "discard"  # nothing to save at the end of a benchmark
     w.resize(1400, 860)
     w.show()
     costs: list[tuple[int, int, float]] = []  # (tokens shown before, batch size, seconds in the handler)

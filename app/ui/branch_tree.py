@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QAbstractItemView, QMenu, QTreeWidget, QTreeWidget
 
 from app.core.session import Run
 from app.core.settings import FIELDS, SamplerSettings
-from app.ui.token_view import visible
+from app.ui.formatting import visible
 
 if TYPE_CHECKING:
     from app.ui.playground import Playground

@@ -2,9 +2,8 @@
 first paint, or at their first use if that comes sooner. Importing pyqtgraph costs 0.15–0.4 s of CPU (its Qt shim
 makes PySide6 build every lazy class), which the window's first paint no longer waits for.
 
-Until built, a host is a plain area of the charts' background colour. Anything the host itself lacks is the
-chart's (`host.shown`, `host.show_sample(...)`; reading it builds the chart), so callers use a host as the chart.
-Connections made before the chart exists go to the host: its `bind` and its forwarded signals.
+Until built, a host is a plain area of the charts' background colour; `host.chart` is the chart (reading it
+builds it). Connections made before the chart exists go to the host: its `bind` and its forwarded signals.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ if TYPE_CHECKING:
     from app.ui.playground import Playground
 
 
-EMPTY = "no step yet: press Generate"  # the step chart's note while nothing is shown
 SERIES = {"both": "p + entropy", "prob": "p(drawn)", "entropy": "entropy"}  # what the timeline draws
 
 
@@ -53,12 +51,6 @@ class ChartHost(QWidget):
             self.built.emit(self._chart)
         return self._chart
 
-    def __getattr__(self, name: str) -> object:
-        """Called only for what the host lacks: the chart's attribute (`_chart` is missing only mid-__init__)."""
-        if name == "_chart" or name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(self.chart, name)
-
     def paintEvent(self, e: QPaintEvent) -> None:  # noqa: N802 - Qt override
         """The first paint is the window's: build right after it (a zero timer runs once the paint is done)."""
         super().paintEvent(e)
@@ -82,16 +74,15 @@ class TimelineHost(ChartHost):
         self._series = "both"
         self.built.connect(self._forward)
 
+    def set_uncertain_above(self, nats: float | None) -> None:
+        """`charts.TimelineChart.set_uncertain_above` (builds the chart)."""
+        self.chart.set_uncertain_above(nats)
+
     def show_series(self, which: str) -> None:
         """`charts.TimelineChart.show_series`, kept until the chart is built (choosing it builds nothing)."""
         self._series = which
         if self.is_built:
             self.chart.show_series(which)
-
-    @property
-    def cursor(self) -> object:
-        """The chart's step cursor (the one name of the chart's that a QWidget has too: its mouse cursor)."""
-        return self.chart.cursor
 
     def _forward(self, chart: QWidget) -> None:
         chart.step_clicked.connect(self.step_clicked)
@@ -101,10 +92,10 @@ class TimelineHost(ChartHost):
     def bind(self, playground: Playground) -> None:
         """The shown run's steps, redrawn with the cursor whenever the view-model shows a step (at most 10 times
         a second while streaming); a click selects a step."""
-        playground.run_started.connect(lambda _request: self.clear_run())
-        playground.cleared.connect(lambda: self.clear_run())
-        playground.steps_appended.connect(lambda steps: self.append_steps(steps))
-        playground.step_shown.connect(lambda i, trace: self.show_step(i, trace, playground.streaming))
-        playground.preview_changed.connect(lambda _s, trace: self.set_cursor(trace.step))
-        playground.diverged.connect(lambda step: self.mark_divergence(step))
+        playground.run_started.connect(lambda _request: self.chart.clear_run())
+        playground.cleared.connect(lambda: self.chart.clear_run())
+        playground.steps_appended.connect(lambda steps: self.chart.append_steps(steps))
+        playground.step_shown.connect(lambda i, trace: self.chart.show_step(i, trace, playground.streaming))
+        playground.preview_changed.connect(lambda _s, trace: self.chart.set_cursor(trace.step))
+        playground.diverged.connect(lambda step: self.chart.mark_divergence(step))
         self.step_clicked.connect(playground.select_step)

@@ -19,8 +19,7 @@ from PySide6.QtWidgets import QToolTip, QWidget
 from app.core.branches import uncertain_steps
 from app.core.events import Step
 from app.core.trace import Sample, StepTrace
-from app.ui.chart_host import EMPTY
-from app.ui.token_view import DIVERGED, format_prob, visible
+from app.ui.formatting import DIVERGED, EMPTY, format_prob, visible
 
 pg.setConfigOptions(antialias=False, useNumba=False)  # where pyqtgraph is first imported
 

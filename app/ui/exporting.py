@@ -21,6 +21,7 @@ from PySide6.QtWidgets import QFileDialog, QMenu, QWidget
 from app.core import export
 from app.core.files import write_atomic
 from app.core.trace import RunTrace
+from app.ui.chart_host import ChartHost
 
 if TYPE_CHECKING:
     from app.ui.playground import Playground
@@ -55,7 +56,7 @@ TEXTS: dict[str, Callable[[RunTrace], str]] = {"markdown": export.to_markdown, "
 
 
 def chart_png(plot: QWidget) -> bytes:
-    """A pyqtgraph chart (or its host, app/ui/chart_host.py) as PNG bytes."""
+    """A pyqtgraph chart as PNG bytes."""
     from pyqtgraph.exporters import ImageExporter  # pyqtgraph: imported on use, never before the first paint
 
     exporter = ImageExporter(plot.scene())
@@ -106,7 +107,7 @@ class Exporter(QObject):
     failed = Signal(str)
     written = Signal(str)  # the path
 
-    def __init__(self, parent: QWidget, playground: Playground, charts: dict[str, QWidget]) -> None:
+    def __init__(self, parent: QWidget, playground: Playground, charts: dict[str, ChartHost]) -> None:
         super().__init__(parent)
         self.playground = playground
         self.charts = charts
@@ -162,7 +163,7 @@ class Exporter(QObject):
 
     def _write(self, kind: Kind, path: str, trace: RunTrace | None) -> None:
         if kind.chart is not None:
-            plot = self.charts[kind.chart]
+            plot = self.charts[kind.chart].chart
             write_atomic(path, chart_png(plot) if kind.suffix == ".png" else chart_svg(plot))
         elif kind.key == "jsonl":
             trace.save(path)

@@ -13,12 +13,14 @@ from PySide6.QtWidgets import QApplication
 
 from app.core.models import ModelSpec
 from app.core.settings import SamplerSettings
+from app.ui.collector import collector
 
 
 def make_app() -> QApplication:
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("Logit Lab")
     app.setOrganizationName("LogitLab")
+    collector()  # the garbage-collector policy is the application's (app/ui/collector.py)
     return app
 
 

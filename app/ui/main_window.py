@@ -1,10 +1,9 @@
-"""The main window: composes the widgets and wires them to the `Playground` view-model. No logic of its own
-beyond the wiring, remembered layout and settings (QSettings), and the error banner.
+"""The main window: composes the widgets, binds them to the `Playground` view-model and its `EditingState`, and
+builds the menus. No logic of its own beyond the wiring, the remembered layout and settings (QSettings), and
+which messages go to the banner.
 """
 
 from __future__ import annotations
-
-import contextlib
 
 from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QResizeEvent
@@ -18,19 +17,19 @@ from PySide6.QtWidgets import (
     QScrollArea,
     QSizePolicy,
     QSplitter,
-    QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
-from app.core.branches import runner_up
-from app.core.events import Request
 from app.core.model_thread import ModelThread
 from app.core.models import ModelSpec
-from app.core.settings import SettingsError
+from app.ui import clipboard
+from app.ui.about import AboutDialog, ShortcutsDialog, locations, open_dialog
+from app.ui.banner import Banner
 from app.ui.branch_tree import BranchTree
 from app.ui.chart_host import SERIES, TimelineHost
 from app.ui.code_dialog import CodeDialog, code_request
+from app.ui.collector import collector
 from app.ui.exporting import Exporter
 from app.ui.model_bar import ModelBar
 from app.ui.panels import MetricsStrip, ModelCard
@@ -48,41 +47,6 @@ NARROW = 1100  # px: narrower windows fold the model card away
 SIDE = 240  # px: the right column's width (branch tree, model card) when it unfolds
 
 
-class Banner(QWidget):
-    """An error line a person can act on, shown above the work area until closed."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setObjectName("banner")
-        self.setStyleSheet("#banner { background: #b3261e; border-radius: 4px; } QLabel, QToolButton { color: white; }")
-        self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
-        self.label = QLabel(wordWrap=True, textInteractionFlags=Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.action = QPushButton()
-        self.action.hide()
-        self._callback = None
-        self.action.clicked.connect(self._act)
-        close = QToolButton(text="✕", autoRaise=True, toolTip="Dismiss")
-        close.clicked.connect(self.hide)
-        row = QHBoxLayout(self)
-        row.setContentsMargins(8, 4, 4, 4)
-        row.addWidget(self.label, 1)
-        row.addWidget(self.action)
-        row.addWidget(close)
-        self.hide()
-
-    def show_message(self, text: str, action: str | None = None, callback: object = None) -> None:
-        self.label.setText(text)
-        self.action.setVisible(action is not None)
-        self.action.setText(action or "")
-        self._callback = callback
-        self.show()
-
-    def _act(self) -> None:
-        self.hide()
-        if self._callback is not None:
-            self._callback()
-
-
 class MainWindow(QMainWindow):
     def __init__(self, settings: QSettings | None = None, spec: ModelSpec | None = None,
                  worker: ModelThread | None = None) -> None:
@@ -90,12 +54,13 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("Logit Lab")
         self.store = Preferences(settings)
         self.playground = Playground(self, worker)
-        self.model_bar = ModelBar()
-        self.prompt = PromptEditor()
-        self.sampler = SamplerPanel()
+        collector().follow(self.playground)  # a model thread never collects Qt objects: app/ui/collector.py
+        self.editing = self.playground.editing  # what the user edits: every editor below binds to it
+        self.model_bar = ModelBar(self.editing)
+        self.prompt = PromptEditor(self.editing)
+        self.sampler = SamplerPanel(self.editing)
         self.output = TokenView()
         self.step_panel = StepPanel()
-        self.step_chart, self.step_title = self.step_panel.chart, self.step_panel.title
         self.timeline = TimelineHost()  # a charts.TimelineChart, built after the first paint
         self.metrics = MetricsStrip()
         self.model_card = ModelCard()
@@ -154,8 +119,6 @@ class MainWindow(QMainWindow):
     def _build_help(self) -> None:
         """Edit: undo / redo in the prompt, copy the output (as text, as Markdown), select all; Help: shortcuts,
         About (app/ui/about.py). In a text field with focus, its own keys win (Ctrl+Z, Ctrl+A, …)."""
-        from app.ui import clipboard
-        from app.ui.about import AboutDialog, ShortcutsDialog, locations, open_dialog
 
         def select_all() -> None:
             focused = self.focusWidget()
@@ -186,7 +149,7 @@ class MainWindow(QMainWindow):
         presets.failed.connect(self.banner.show_message)
         if presets.store.error:
             self.banner.show_message(presets.store.error)
-        self.exporter = Exporter(self, self.playground, {"step": self.step_chart, "timeline": self.timeline})
+        self.exporter = Exporter(self, self.playground, {"step": self.step_panel.chart, "timeline": self.timeline})
         self.exporter.failed.connect(self.banner.show_message)
         self.exporter.add_to(self.export_menu)
         self.code_action = QAction("View &code…", self, toolTip="Code that reproduces these settings and the prompt "
@@ -194,8 +157,9 @@ class MainWindow(QMainWindow):
         self.code_dialog: CodeDialog | None = None
 
         def show_code() -> None:
-            request = code_request(self.sampler.settings(), self.prompt.prompt(), self.prompt.messages(),
-                                   self.model_bar.source(), self.playground.tokenizer)
+            e = self.editing
+            request = code_request(e.settings, e.prompt.text, e.prompt.chat_messages, e.model.source,
+                                   self.playground.tokenizer)
             self.code_dialog = CodeDialog(request, self)
             self.code_dialog.show()
 
@@ -205,7 +169,7 @@ class MainWindow(QMainWindow):
 
     def _build_sessions(self) -> None:
         """File → New / Open / Open Recent / Save / Save As, the title's file name and modified mark, autosave."""
-        self.sessions = Sessions(self, state_dir(self.store))
+        self.sessions = Sessions(self, self.playground, self.banner, self.store, state_dir(self.store))
         self.sessions.add_to(self.file_menu)
 
     def _build_branching(self) -> None:
@@ -213,7 +177,7 @@ class MainWindow(QMainWindow):
         self.replay_action = QAction("Re&play under these settings", self, shortcut=QKeySequence("Ctrl+Shift+R"),
                                      enabled=False, toolTip="Re-run the shown run with its seed under the panel's "
                                      "settings: where it first draws a different token is marked")
-        self.replay_action.triggered.connect(self.replay)
+        self.replay_action.triggered.connect(self.playground.replay)
         self.run_menu.insertAction(self.run_menu.actions()[2], self.replay_action)
         show = QAction("&Branches", self, toolTip="Show the branch tree (and the model card)")
         show.triggered.connect(self._show_side)
@@ -297,99 +261,45 @@ class MainWindow(QMainWindow):
         pg = self.playground
         self.generate_action.triggered.connect(self.generate)
         self.generate_button.clicked.connect(self.generate)
-        self.stop_action.triggered.connect(pg.stop)
-        self.stop_button.clicked.connect(pg.stop)
+        for stop in (self.stop_action.triggered, self.stop_button.clicked):
+            stop.connect(pg.stop)
+            stop.connect(self.prompt.score_cancelled)  # after pg.stop (Stop cancels a queued score): asks again
         self.open_action.triggered.connect(self.model_bar.browse)
         self.model_bar.load_requested.connect(self.load)
         self.model_bar.folders_changed.connect(self._folders_changed)
-        for view in (self.output, self.step_panel, self.timeline, self.metrics, self.model_card, self.branches):
-            view.bind(pg)  # each view follows the view-model itself; the window only composes
+        for view in (self.output, self.step_panel, self.timeline, self.metrics, self.model_card, self.branches,
+                     self.model_bar, self.prompt):
+            view.bind(pg)  # each follows the view-model itself; the window only composes
         for view in (self.output, self.step_panel):
-            view.fork_requested.connect(self.fork)
-            view.regenerate_requested.connect(lambda step: self.fork(step, None))
-        self.timeline.uncertain_clicked.connect(self.fork_uncertain)
+            view.fork_requested.connect(pg.fork)
+            view.regenerate_requested.connect(lambda step: pg.fork(step, None))
+        self.timeline.uncertain_clicked.connect(pg.fork_uncertain)
         pg.session_changed.connect(self._can_replay)
         pg.busy_changed.connect(self._busy)
-        pg.loading.connect(self.model_bar.show_progress)
-        pg.loaded.connect(self._loaded)
-        pg.failed.connect(self._failed)
-        pg.run_error.connect(self.banner.show_message)
+        pg.loaded.connect(lambda _info: self._remember_model(self.editing.model.source))
+        for message in (pg.failed, pg.run_error, pg.refused):
+            message.connect(self.banner.show_message)
         pg.opt_in_needed.connect(self._opt_in_needed)
         pg.run_started.connect(lambda _request: self.reply_button.hide())
         pg.cleared.connect(self.reply_button.hide)
-        pg.finished.connect(lambda _ev: self.reply_button.setVisible(self.prompt.chat_mode and bool(pg.steps)))
-        self.sampler.changed.connect(self._sampler_changed)
-        self.model_bar.backend.currentIndexChanged.connect(lambda _i: self.sampler.set_remote(
-            self.model_bar.is_remote()))  # mark the settings a server may not apply
+        pg.finished.connect(lambda _ev: self.reply_button.setVisible(self.editing.prompt.chat and bool(pg.steps)))
         self.reply_button.clicked.connect(self._add_reply)
         self.prompt.unusable.connect(self._prompt_unusable)
-        self._wire_surprisal()
-
-    def _wire_surprisal(self) -> None:
-        """The prompt editor asks for scores while its Surprisal toggle is on; the answers come back to it."""
-        pg = self.playground
-        self.prompt.score_wanted.connect(self._score_prompt)
-        pg.scored.connect(self.prompt.show_score)
-        pg.failed.connect(self.prompt.score_failed)
-        pg.opt_in_needed.connect(self.prompt.score_failed)
-        self.stop_action.triggered.connect(self.prompt.score_cancelled)  # after pg.stop: the new request stays
-        self.stop_button.clicked.connect(self.prompt.score_cancelled)
-
-    def _score_prompt(self) -> None:
-        """Score the prompt as a generation would see it (model, prompt, messages), behind any run in progress."""
-        request = self.playground.make_request(self.model_bar.spec(), self.prompt.prompt(), self.prompt.messages())
-        self.prompt.expect_score(request.id)
-        self.playground.score(request)
 
     def _preload(self) -> None:
         """Load the model ahead of the first run; not when a saved run is open (look first, load on Generate)."""
         if not self.playground.busy and not self.playground.session.runs:
-            self.playground.load(self.model_bar.spec())
+            self.playground.load(self.editing.model)
 
     def load(self, spec: ModelSpec) -> None:
         self.banner.hide()
         self.playground.load(spec)
 
-    def request(self) -> Request:
-        """What the widgets say now, as the view-model's request (raises SettingsError for a bad setting)."""
-        settings = self.sampler.settings().with_(seed=self.sampler.next_run_seed())
-        return self.playground.make_request(self.model_bar.spec(), self.prompt.prompt(), self.prompt.messages(),
-                                            settings)
-
     def generate(self) -> None:
-        if not self.generate_action.isEnabled():
-            return
-        try:
-            request = self.request()
-        except SettingsError as e:
-            self.banner.show_message(str(e))
-            return
-        self.banner.hide()
-        self.playground.generate(request)
-
-    def fork(self, step: int, token: int | None) -> None:
-        """Continue the shown run from `step` with `token` (None: regenerate from there) under the panel's
-        settings; the branch appears in the tree and is shown."""
-        try:
-            settings = self.sampler.settings()
-        except SettingsError as e:
-            self.banner.show_message(str(e))
-            return
-        if not self.playground.fork(step, token, settings, self.model_bar.spec()):
-            self.banner.show_message("A branch starts from a finished run: wait for this one, or stop it (Esc).")
-
-    def fork_uncertain(self, step: int) -> None:
-        steps = self.playground.steps
-        if 0 <= step < len(steps) and (token := runner_up(steps[step].sample)) is not None:
-            self.fork(step, token)
-
-    def replay(self) -> None:
-        try:
-            settings = self.sampler.settings()
-        except SettingsError as e:
-            self.banner.show_message(str(e))
-            return
-        self.playground.replay(settings, self.model_bar.spec())
+        """Generate from what the editing state holds (Ctrl+Enter); a reason it cannot goes to the banner."""
+        if self.generate_action.isEnabled():
+            self.banner.hide()
+            self.playground.generate_edited()
 
     def _can_replay(self) -> None:
         pg = self.playground
@@ -418,38 +328,21 @@ class MainWindow(QMainWindow):
         self.generate_button.setEnabled(can_run)
         self.stop_action.setEnabled(busy)
         self.stop_button.setEnabled(busy)
-        self.model_bar.load_button.setEnabled(not busy)
         self._can_replay()
 
-    def _loaded(self, info: object) -> None:
-        self.model_bar.show_status(f"{info.name} · {info.backend} · {info.device}")
-        self.prompt.set_tokenizer(self.playground.tokenizer, server=info.backend == "remote")
-        self._remember_model(self.model_bar.source())
-
-    def _failed(self, message: str) -> None:
-        self.model_bar.show_status("")
-        self.banner.show_message(message)
-
     def _opt_in_needed(self, message: str, opt_in: str) -> None:
-        self.model_bar.show_status("")
-        source = self.model_bar.source()
+        source = self.editing.model.source
         label = {"trust_remote_code": "Allow its code", "allow_pickle": "Allow pickle weights"}[opt_in]
 
         def allow() -> None:
-            self.model_bar.opt_ins.setdefault(source, []).append(opt_in)
+            self.model_bar.allow(source, opt_in)
             self.store.set("opt_ins", self.model_bar.opt_ins)
-            self.load(self.model_bar.spec())
+            self.load(self.editing.model)
 
         self.banner.show_message(message, f"{label} for {source}", allow)
 
-    def _sampler_changed(self) -> None:
-        if not self.playground.busy:
-            with contextlib.suppress(SettingsError):
-                self.playground.preview(self.sampler.settings())
-
     def _add_reply(self) -> None:
-        self.prompt.chat.add_turn("assistant", "".join(s.text for s in self.playground.steps))
-        self.prompt.chat.add_turn("user").text.setFocus()
+        self.prompt.add_reply("".join(s.text for s in self.playground.steps))
         self.reply_button.hide()
 
     # persistence --------------------------------------------------------------------------------------------
@@ -469,10 +362,10 @@ class MainWindow(QMainWindow):
         for s in (self.main, self.left, self.center):
             if state := p.get(f"splitter/{s.objectName()}"):
                 s.restoreState(state)
-        self.sampler.set_settings(p.get("sampler"))
+        self.editing.set_settings(p.get("sampler"))
         self.prompt.set_prompt(p.get("prompt"))
         self.model_bar.add_recent(self._recent())
-        self.model_bar.opt_ins = p.get("opt_ins")
+        self.model_bar.set_opt_ins(p.get("opt_ins"))
         self.model_bar.folders = p.get("model_folders")
         self.model_bar.remote.set_server(p.get("remote/base_url"), p.get("remote/concurrency"))
         self.model_bar.offline.setChecked(p.get("offline"))
@@ -487,10 +380,11 @@ class MainWindow(QMainWindow):
         p.set("geometry", self.saveGeometry())
         for s in (self.main, self.left, self.center):
             p.set(f"splitter/{s.objectName()}", s.saveState())
-        p.set("sampler", self.sampler.settings())
-        p.set("prompt", self.prompt.prompt())
-        p.set("model", self.model_bar.source())
-        p.set("backend", self.model_bar.backend.currentData())
+        e = self.editing
+        p.set("sampler", e.settings)
+        p.set("prompt", e.prompt.text)
+        p.set("model", e.model.source)
+        p.set("backend", e.model.backend)
         p.set("offline", self.model_bar.offline.isChecked())
         p.set("timeline/series", self.series.currentData())
         url, concurrency = self.model_bar.remote.server()

@@ -1,6 +1,7 @@
 """The model bar: backend, model (built-in, recent, a folder, or a hub id), device and dtype, load progress.
 
-Emits `load_requested(ModelSpec)`; shows progress and status it is told about. It knows which backends are
+Bound to the `EditingState`: every edit writes the model spec there, and the bar shows the model and backend the
+state holds. Emits `load_requested(ModelSpec)`; shows progress and status it is told about. It knows which backends are
 installed (a cheap check that imports no framework) and disables the others with a hint.
 """
 
@@ -8,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from dataclasses import astuple
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QPainter
@@ -25,10 +28,14 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.models import BUILTIN_LABEL, BUILTIN_NAME, ModelSpec, model_label
+from app.ui.editing_state import EditingState
 from app.ui.remote_fields import RemoteFields
 from backends import INSTALL_HINT, ModelLoadError, installed, resolve_name
 from backends.base import LoadOptions
 from backends.threads import MAX_THREADS
+
+if TYPE_CHECKING:
+    from app.ui.playground import Playground
 
 
 class ElidedLabel(QLabel):
@@ -54,8 +61,10 @@ class ModelBar(QWidget):
     load_requested = Signal(object)  # ModelSpec
     folders_changed = Signal(list)  # list[str]: the model folders the picker lists, after the user added one
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, state: EditingState | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.state = state if state is not None else EditingState(self)
+        self._showing = False  # the state's model is being put into the fields: not an edit
         self.backend = QComboBox(toolTip="Which framework runs the model; auto: MLX on Apple Silicon, else "
                                  "torch (and torch for a .gguf file)")
         self.backend.addItem("auto", "auto")
@@ -114,6 +123,47 @@ class ModelBar(QWidget):
                            (self.progress, 0), (self.status, 1)):
             row.addWidget(w, stretch)
         self._show_backend_fields()
+        for signal in (self.backend.currentIndexChanged, self.model.currentTextChanged, self.device.currentIndexChanged,
+                       self.dtype.currentIndexChanged, self.threads.valueChanged, self.quantize.currentIndexChanged,
+                       self.offline.toggled, self.remote.url.textChanged, self.remote.concurrency.valueChanged,
+                       self.remote.key_stored):
+            signal.connect(self._edited)
+        self.state.model_changed.connect(self._show)
+        self._edited()
+
+    def bind(self, pg: Playground) -> None:
+        """Load progress and the loaded model from the view-model; Load is off while it is busy."""
+        pg.loading.connect(self.show_progress)
+        pg.loaded.connect(lambda info: self.show_status(f"{info.name} · {info.backend} · {info.device}"))
+        pg.failed.connect(lambda _message: self.show_status(""))
+        pg.opt_in_needed.connect(lambda _message, _opt_in: self.show_status(""))
+        pg.busy_changed.connect(lambda busy: self.load_button.setEnabled(not busy))
+
+    def _edited(self) -> None:
+        if not self._showing:
+            self.state.set_model(self.spec())
+
+    def _show(self, spec: ModelSpec) -> None:
+        """Show the state's model and backend (the other fields stay: what they then say goes back)."""
+        if astuple(spec) == astuple(self.spec()):
+            return
+        self._showing = True
+        try:
+            self.set_source(spec.source)
+            self.set_backend(spec.backend)
+        finally:
+            self._showing = False
+        self._edited()
+
+    def set_opt_ins(self, opt_ins: dict[str, list[str]]) -> None:
+        """The LoadOptions flags the user allowed, per model (kept in the preferences)."""
+        self.opt_ins = opt_ins
+        self._edited()
+
+    def allow(self, source: str, opt_in: str) -> None:
+        """Remember that the user allowed `opt_in` (a LoadOptions flag) for `source`."""
+        self.opt_ins.setdefault(source, []).append(opt_in)
+        self._edited()
 
     def source(self) -> str:
         text = self.model.currentText().strip()
@@ -152,6 +202,7 @@ class ModelBar(QWidget):
             self.remote.url.setText(spec.base_url)
             self.remote.concurrency.setValue(spec.concurrency)
         self.remote.set_key_env(spec.api_key_env)
+        self._edited()
 
     def set_backend(self, name: str) -> None:
         i = self.backend.findData(name)

@@ -3,33 +3,34 @@ coalesced signals.
 
 Events are routed by run id into the `Session` (every run keeps its steps, also when another run is shown);
 the widgets follow the run being shown. Widgets never touch the core or a model: they receive what they show
-through these signals and call the few verbs here (generate, stop, load, score, select_step, preview). One
-request at a time; `busy` says so.
+through these signals and call the few verbs here (generate, stop, load, score, select_step, fork, replay). One
+request at a time; `busy` says so. What the user edits (prompt, settings, model, the selection) is its
+`EditingState`: requests, fork and replay read it, and a change of settings previews the selected step.
+Process-wide state is not its business: the application's collector (app/ui/collector.py) keeps Python's garbage
+collection on the UI thread, as a model thread must never destroy Qt objects.
 """
 
 from __future__ import annotations
 
-import gc
 import queue
 import secrets
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 
-from app.core.branches import branch_request, replay, replay_finished, replay_request
-from app.core.events import Failed, Finished, Loaded, Loading, Message, Prefilled, Request, Scored, Step
+from app.core.branches import branch_request, replay, replay_finished, replay_request, runner_up
+from app.core.events import Failed, Finished, Loaded, Loading, Prefilled, Request, Scored, Step
 from app.core.metrics import Metrics, decode_rate
 from app.core.model_thread import ModelThread
 from app.core.models import ModelSpec
 from app.core.sampling import Sample
 from app.core.session import Run, Session
-from app.core.settings import MAX_SEED, SamplerSettings
+from app.core.settings import MAX_SEED, SamplerSettings, SettingsError
 from app.core.trace import RunTrace, StepTrace
-from app.ui.collector import collect_on_ui_thread
+from app.ui.editing_state import EditingState
 
 FRAME_MS = 16
 TOP_N = 20  # candidates each step records for the charts
 CHART_MS = 100  # the shown step follows a streaming run at most 10 times a second; the text every frame
-FREEZE_EVERY = 1000  # steps
 MAX_EVENTS_PER_FRAME = 5000
 
 
@@ -53,16 +54,16 @@ class Playground(QObject):
     session_changed = Signal()  # a run was added, finished, renamed or deleted: the branch tree redraws
     diverged = Signal(int)  # the first step where the shown branch's token differs from its parent's
     cleared = Signal()  # nothing is shown (an empty session, or the last run deleted): the views' empty state
+    refused = Signal(str)  # a verb could not start (settings not valid, a branch of a run still going): why
 
-    def __init__(self, parent: QObject | None = None, worker: ModelThread | None = None) -> None:
+    def __init__(self, parent: QObject | None = None, worker: ModelThread | None = None,
+                 editing: EditingState | None = None) -> None:
         super().__init__(parent)
-        collect_on_ui_thread()  # a model thread must never collect (and so destroy) Qt objects: app/ui/collector.py
+        self.editing = editing if editing is not None else EditingState(self)
         self.worker = worker or ModelThread()  # anything with its interface (benchmarks feed synthetic runs)
         self.tokenizer = None  # the loaded model's tokenizer (thread-safe, pure CPU): for counting tokens
         self.info = None
         self.session = Session()
-        self.shown: Run | None = None  # the run the views show (the latest started)
-        self.selected: int | None = None  # None: follow the latest step
         self._request: Request | None = None
         self._diverged_in: Run | None = None  # the run shown whose divergence from its parent was found
         self.run_started.connect(lambda _request: setattr(self, "_diverged_in", None))  # the views start afresh
@@ -76,6 +77,17 @@ class Playground(QObject):
         self._timer.start()
         self._follow = QTimer(self, singleShot=True, interval=CHART_MS)
         self._follow.timeout.connect(self.show_step)
+        self.editing.settings_changed.connect(lambda settings: None if self._busy else self.preview(settings))
+
+    @property
+    def shown(self) -> Run | None:
+        """The run the views show (the latest started): the editing state's selected run."""
+        return self.editing.run
+
+    @property
+    def selected(self) -> int | None:
+        """The step pinned in the shown run (None: follow the latest step)."""
+        return self.editing.step
 
     @property
     def steps(self) -> list[StepTrace]:
@@ -112,51 +124,55 @@ class Playground(QObject):
         """Start a run; refused (False) while another is loading, running or winding down."""
         if self._busy and not self._load_only:
             return False  # a load alone may still be running: the model thread queues the run behind it
-        self._request, self.selected = request, None
-        self.shown = self.session.start(request)[0]
+        self._request = request
+        self.editing.select(self.session.start(request)[0])
         self._follow.stop()
         self._load_only = False
         self._busy = True
-        gc.freeze()  # what exists now (the window, earlier runs) is never rescanned mid-run (a ~100 ms gen-2 stall)
         self.busy_changed.emit(True)  # also when a load was already running: now a run is
         self.worker.submit(request)
         self.run_started.emit(request)
         self.session_changed.emit()
         return True
 
-    def make_request(self, spec: ModelSpec, prompt: str, messages: tuple[Message, ...] | None = None,
-                     settings: SamplerSettings | None = None) -> Request:
-        """A run (or a prompt score) as the window asks for it: the prompt in its mode, the panel's settings."""
-        return Request(model=spec, prompt=prompt, messages=messages, settings=settings or SamplerSettings(),
+    def make_request(self, settings: SamplerSettings | None = None) -> Request:
+        """The editing state as a request: its model, its prompt in its mode, and `settings` (None: the state's,
+        with the next run's seed; raises `SettingsError` while they are not valid)."""
+        e = self.editing
+        if settings is None:
+            settings = e.valid_settings().with_(seed=e.next_run_seed())
+        return Request(model=e.model, prompt=e.prompt.text, messages=e.prompt.chat_messages, settings=settings,
                        top_n=TOP_N)
 
-    def open_run(self, trace: RunTrace) -> None:
-        """Show a saved run, with no model: it joins the session as a finished run and the views draw it."""
-        if self._busy and not self._load_only:
-            return
-        request = Request(prompt_ids=tuple(trace.prompt_ids), settings=trace.settings, parent=trace.parent,
-                          branch=trace.branch)
-        run = self.session.start(request)[0]
-        metrics = trace.metrics or Metrics(prompt_tokens=len(trace.prompt_ids), generated_tokens=len(trace.steps))
-        run.prefilled = Prefilled(request.id, tuple(trace.prompt_ids), trace.prompt_text, trace.seed,
-                                  metrics.prefill_s, metrics.reused_tokens)
-        run.finished = Finished(request.id, trace.finish_reason or "length", metrics, trace)
-        self.shown, self.selected = run, None
-        self.run_started.emit(request)
-        self.prefilled.emit(run.prefilled)
-        run.steps = list(trace.steps)
-        self._emit_steps([Step(request.id, st.step, st.token_id, st.text, st, metrics.kv_cache_bytes)
-                          for st in trace.steps])
-        self._follow.stop()
-        self.finished.emit(run.finished)
-        self.show_step()
+    def generate_edited(self) -> bool:
+        """Start a run of what the editing state holds (False, with `refused`'s reason, when it cannot start)."""
+        settings = self._valid_settings()
+        return settings is not None and self.generate(self.make_request(settings.with_(
+            seed=self.editing.next_run_seed())))
+
+    def score_edited(self) -> int:
+        """Score the prompt as a generation would see it (model, prompt, messages), behind any run in progress;
+        the request's id (its `Scored` answer carries it)."""
+        request = self.make_request(SamplerSettings())
+        self.worker.score(request)  # (the model thread queues it behind whatever it is doing)
+        return request.id
+
+    def _valid_settings(self) -> SamplerSettings | None:
+        """The state's settings, or None after `refused` said why they are not valid (the one place a settings
+        error becomes a message)."""
+        try:
+            return self.editing.valid_settings()
+        except SettingsError as e:
+            self.refused.emit(str(e))
+            return None
 
     def open_session(self, session: Session, shown: int | None = None) -> bool:
         """Replace the session by `session` (finished runs, as `session_file.to_session` makes them) and show run
         `shown` (None: none). Refused (False) while a run is in progress; a model load may go on."""
         if self._busy and not self._load_only:
             return False
-        self.session, self.shown, self.selected = session, None, None
+        self.session = session
+        self.editing.select(None)
         self._follow.stop()
         self.session_replaced.emit()
         run = session.get(shown) if shown is not None else None
@@ -168,7 +184,7 @@ class Playground(QObject):
 
     def _show_finished(self, run: Run) -> None:
         """Draw a finished run as its events would have: started, prefilled, every step, finished."""
-        self.shown, self.selected = run, None
+        self.editing.select(run)
         self.run_started.emit(run.request)
         if run.prefilled is not None:
             self.prefilled.emit(run.prefilled)
@@ -189,32 +205,44 @@ class Playground(QObject):
         if run.finished is not None:
             self._show_finished(run)
             return
-        self.shown, self.selected = run, None
+        self.editing.select(run)
         self.run_started.emit(run.request)
         if run.prefilled is not None:
             self.prefilled.emit(run.prefilled)
         self._emit_steps([Step(run.request.id, st.step, st.token_id, st.text, st, 0, run.id) for st in run.steps])
 
-    def fork(self, step: int, token: int | None, settings: SamplerSettings, spec: ModelSpec) -> bool:
-        """Branch the shown run at `step` under `settings`: with `token` taken there and the parent's seed (its
-        uniforms go on: only the token differs), or, `token` None, re-drawn from there with a new seed.
-        Refused (False) while a run is in progress, or for a run without a trace."""
+    def fork(self, step: int, token: int | None) -> bool:
+        """Branch the shown run at `step` under the state's settings and model: with `token` taken there and the
+        parent's seed (its uniforms go on: only the token differs), or, `token` None, re-drawn from there with a
+        new seed. Refused (False; `refused` says why) while a run is in progress, or for a run without a trace."""
         trace = self.trace
-        if trace is None or not 0 <= step < len(trace.steps):
+        settings = self._valid_settings()
+        if trace is None or settings is None or not 0 <= step < len(trace.steps):
             return False
         seed = trace.seed if token is not None else secrets.randbelow(MAX_SEED + 1)
         request = branch_request(trace, step, settings.with_(seed=seed), kind="regenerate" if token is None else
-                                 "fork", force=token, spec=spec, top_n=TOP_N)
-        return self.generate(request)
+                                 "fork", force=token, spec=self.editing.model, top_n=TOP_N)
+        if not self.generate(request):
+            self.refused.emit("A branch starts from a finished run: wait for this one, or stop it (Esc).")
+            return False
+        return True
 
-    def replay(self, settings: SamplerSettings, spec: ModelSpec) -> bool:
-        """Re-run the shown run under `settings` with its seed: off the model while its record decides the draws,
-        with the model from the first step where it does not, or after the first token that differs."""
+    def fork_uncertain(self, step: int) -> None:
+        """Continue the shown run from `step` with the runner-up token there (a mark on the timeline)."""
+        if 0 <= step < len(self.steps) and (token := runner_up(self.steps[step].sample)) is not None:
+            self.fork(step, token)
+
+    def replay(self) -> bool:
+        """Re-run the shown run under the state's settings with its seed: off the model while its record decides
+        the draws, with the model from the first step where it does not, or after the first token that differs."""
         trace = self.trace
         if trace is None or (self._busy and not self._load_only):
             return False
+        settings = self._valid_settings()
+        if settings is None:
+            return False
         r = replay(trace, settings)
-        request = replay_request(trace, settings, r, spec=spec, top_n=TOP_N)
+        request = replay_request(trace, settings, r, spec=self.editing.model, top_n=TOP_N)
         reason = replay_finished(trace, r, settings)
         if reason is None:
             return self.generate(request)
@@ -267,7 +295,7 @@ class Playground(QObject):
         for r in doomed:
             del self.session.runs[r.id]
         if self.shown in doomed:
-            self.shown, self.selected = None, None
+            self.editing.select(None)
             parent = doomed[0].parent
             rest = self.session.get(parent[0]) if parent is not None else None
             rest = rest or next(reversed(self.session.runs.values()), None)
@@ -277,10 +305,6 @@ class Playground(QObject):
                 self.cleared.emit()
         self.session_changed.emit()
         return True
-
-    def score(self, request: Request) -> None:
-        """The prompt's own log-probabilities, queued behind whatever the model thread is doing."""
-        self.worker.score(request)
 
     def stop(self) -> None:
         self.worker.cancel()
@@ -293,7 +317,7 @@ class Playground(QObject):
         """Pin step i (None: follow the latest)."""
         if i is not None and not 0 <= i < len(self.steps):
             return
-        self.selected = i
+        self.editing.select(self.shown, i)
         self.show_step()
 
     @property
@@ -347,12 +371,6 @@ class Playground(QObject):
     def _emit_steps(self, steps: list[Step]) -> None:
         if not steps:
             return
-        after = len(self.steps)
-        if after // FREEZE_EVERY > (after - len(steps)) // FREEZE_EVERY:
-            # The cyclic GC rescans every live trace object: the UI's cost per token grew from 34 to 52 µs
-            # between tokens 1,000 and 10,000. Traces hold no cycles (refcounting still frees them), so move
-            # what exists into the permanent generation and keep the per-token cost flat.
-            gc.freeze()
         self.steps_appended.emit(steps)
         self._find_divergence(steps)
         if not self._follow.isActive():

@@ -1,15 +1,15 @@
 """The presets combo above the sampler sliders: the shipped presets, then the user's own (app/core/presets.py).
 
-Choosing one sets the panel's values; seed, length and stop strings stay. The combo names the preset the sliders
-hold, and says "(modified)" once they leave it. Its menu saves, renames, deletes, imports and exports presets;
-a problem (a taken name, a damaged or unwritable file) is one `failed` line, never a traceback.
+Bound to the `EditingState`: choosing one sets its sampler settings; seed, length and stop strings stay. The combo
+names the preset the settings hold, and says "(modified)" once they leave it. Its menu saves, renames, deletes,
+imports and exports presets; a problem (a taken name, a damaged or unwritable file) is one `failed` line, never a
+traceback.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QAction
@@ -26,10 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.presets import SHIPPED, Preset, PresetError, PresetStore
-from app.core.settings import SettingsError
-
-if TYPE_CHECKING:
-    from app.ui.sampler_panel import SamplerPanel
+from app.ui.editing_state import EditingState
 
 MODIFIED = " (modified)"
 FILES = "Logit Lab presets (*.json)"
@@ -56,9 +53,9 @@ def confirm(parent: QWidget, question: str) -> bool:
 class PresetsBox(QWidget):
     failed = Signal(str)
 
-    def __init__(self, panel: SamplerPanel, store: PresetStore | None = None) -> None:
-        super().__init__(panel)
-        self.panel = panel
+    def __init__(self, state: EditingState, store: PresetStore | None = None, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.state = state
         self.store = store if store is not None else PresetStore()
         # The dialogs, replaceable (tests answer them): (title, suggestion) -> answer, None when cancelled.
         self.ask_name: Callable[[str, str], str | None] = lambda title, name: ask_name(self, title, name)
@@ -86,7 +83,7 @@ class PresetsBox(QWidget):
         row.addWidget(QLabel("Preset"))
         row.addWidget(self.combo, 1)
         row.addWidget(button)
-        panel.changed.connect(self.refresh)
+        state.settings_changed.connect(self.refresh)
         self._fill()
         self.refresh()
 
@@ -122,10 +119,7 @@ class PresetsBox(QWidget):
         modified."""
         if self._applying:
             return
-        try:
-            settings = self.panel.settings()
-        except SettingsError:
-            return
+        settings = self.state.settings
         current = self.current()
         if current is None or not current.matches(settings):
             match = next((p for p in self.store.presets() if p.matches(settings)), None)
@@ -144,7 +138,7 @@ class PresetsBox(QWidget):
             return
         self._applying = True
         try:
-            self.panel.set_settings(preset.apply(self.panel.settings()))
+            self.state.set_settings(preset.apply(self.state.settings))
         finally:
             self._applying = False
         self.refresh()
@@ -174,13 +168,13 @@ class PresetsBox(QWidget):
     def save_as(self) -> None:
         current = self.current()
         name = self.ask_name("Save as new preset", current.name + " (mine)" if current else "My preset")
-        if name is not None and self._do(lambda: self.store.save(name, self.panel.settings())):
+        if name is not None and self._do(lambda: self.store.save(name, self.state.settings)):
             self._fill(name.strip())
             self.refresh()
 
     def save_changes(self) -> None:
         current = self.current()
-        if current is not None and self._do(lambda: self.store.save(current.name, self.panel.settings())):
+        if current is not None and self._do(lambda: self.store.save(current.name, self.state.settings)):
             self._fill(current.name)
             self.refresh()
 

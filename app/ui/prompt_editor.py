@@ -8,43 +8,38 @@ a template that loops or crawls never hangs the window, and after `RENDER_NOTE_M
 It never scores a prompt itself: while Surprisal is on it asks for a score
 (`score_wanted`, debounced) and draws the `Scored` record it is handed back, if that is still of the text shown;
 one score is in flight at a time, so edits during a long run do not pile work up behind it. Nothing typed is
-ever lost: switching modes keeps both texts.
+ever lost: switching modes keeps both texts. Bound to the `EditingState`: an edit writes the prompt there (text,
+messages, mode), and the editor shows whatever prompt the state holds.
 """
 
 from __future__ import annotations
 
-import contextlib
-import html
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QObject, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
-    QComboBox,
     QHBoxLayout,
     QLabel,
     QPlainTextEdit,
     QPushButton,
-    QScrollArea,
     QSizePolicy,
     QSplitter,
     QTabWidget,
-    QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
 from app.core.events import Message, Scored
-from app.core.generation import prompt_tokens
-from app.ui.token_view import SurprisalView, TokenSpans
+from app.ui.chat_editor import ChatEditor
+from app.ui.editing_state import EditingState, Prompt
+from app.ui.prompt_render import PromptRenderer, Rendered, TokenBoundaries
+from app.ui.surprisal_view import SurprisalView
 
-ROLES = ("user", "assistant")
+if TYPE_CHECKING:
+    from app.ui.playground import Playground
+
 COUNT_MS = 150
 SCORE_MS = 400  # a score is a forward over the whole prompt: wait for a pause in typing
-RENDER_WAIT_S = 0.05  # a prompt rendered within this is shown at once; a slower one when its thread is done
 RENDER_NOTE_MS = 1000  # then the count says the template is slow (the tokenizer stops it at its own limit)
 COUNT_TIP = "Prompt length in the model's tokens (the chat template included)"
 SERVER_COUNT = "no count: the server tokenizes"  # short: the label shares a row with two buttons in a 900 px window
@@ -52,164 +47,14 @@ SERVER_COUNT_TIP = "A model on a server tokenizes the prompt with its own tokeni
 SERVER_SCORE = "A model on a server cannot score the prompt here."
 
 
-@dataclass(frozen=True)
-class Rendered:
-    """The prompt as the model sees it, for one (tokenizer, prompt, messages) key: its ids and text, or why not."""
-
-    key: tuple[Any, ...]
-    ids: tuple[int, ...] = ()
-    text: str = ""
-    error: str | None = None
-
-
-class PromptRenderer(QObject):
-    """Renders the prompt through the chat template and the tokenizer on one thread of its own, the latest
-    request only (one that a newer request has replaced is skipped); `rendered` brings each result back."""
-
-    rendered = Signal(object)  # Rendered, on the UI thread
-
-    def __init__(self, parent: QObject | None = None) -> None:
-        super().__init__(parent)
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prompt-render")
-        self._latest: tuple[Any, ...] | None = None
-        self._future: Future | None = None
-
-    def render(self, tokenizer: Any, prompt: str, messages: tuple[Message, ...] | None) -> Rendered | None:
-        """The render of these inputs if it is ready within `RENDER_WAIT_S`; else None, and `rendered` brings it."""
-        key = (tokenizer, prompt, messages)
-        if key != self._latest or self._future is None:
-            self._latest = key
-            self._future = self._pool.submit(self._run, key)
-        try:
-            return self._future.result(RENDER_WAIT_S)
-        except FutureTimeout:
-            return None
-
-    def _run(self, key: tuple[Any, ...]) -> Rendered | None:
-        if key != self._latest:
-            return None  # replaced while it waited
-        try:
-            ids, text = prompt_tokens(*key)
-            result = Rendered(key, tuple(ids), text)
-        except ValueError as e:
-            result = Rendered(key, error=str(e))
-        with contextlib.suppress(RuntimeError):  # the editor is gone (the window closed)
-            self.rendered.emit(result)
-        return result
-
-
-class TokenBoundaries(TokenSpans):
-    """Read-only: the prompt as its tokens, alternately shaded; hover shows the token id."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self._ids: list[int] = []
-        self._pieces: list[str] = []
-        self._formats = []
-        for c in (QColor(100, 149, 237, 70), QColor(255, 165, 0, 70)):
-            f = QTextCharFormat()
-            f.setBackground(c)
-            self._formats.append(f)
-
-    def set_tokens(self, ids: list[int], pieces: list[str]) -> None:
-        self.clear_spans()
-        self._ids, self._pieces = list(ids), list(pieces)
-        cursor = QTextCursor(self.document())
-        cursor.beginEditBlock()
-        for i, piece in enumerate(pieces):
-            self.insert_span(cursor, piece or "∅", self._formats[i % 2])
-        cursor.endEditBlock()
-
-    def span_tooltip(self, i: int) -> str:
-        return f"token {i}: id <b>{self._ids[i]}</b> <code>{html.escape(repr(self._pieces[i]))}</code>"
-
-
-class Turn(QWidget):
-    removed = Signal(object)
-
-    def __init__(self, role: str, text: str = "", parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.role = QComboBox()
-        self.role.addItems(ROLES)
-        self.role.setCurrentText(role)
-        self.text = QPlainTextEdit(text, placeholderText=f"{role} message")
-        # The editor shows "\r" and U+2029 as line breaks and U+00A0 as a space: until it is edited, the message
-        # is the text it was given, byte for byte (a model's reply added to the chat).
-        self._given, self._shown = text, self.text.toPlainText()
-        self.text.setFixedHeight(self.fontMetrics().lineSpacing() * 4 + 12)
-        drop = QToolButton(text="✕", toolTip="Remove this message", autoRaise=True)
-        drop.clicked.connect(lambda: self.removed.emit(self))
-        head = QHBoxLayout()
-        head.addWidget(self.role)
-        head.addStretch(1)
-        head.addWidget(drop)
-        box = QVBoxLayout(self)
-        box.setContentsMargins(0, 2, 0, 2)
-        box.addLayout(head)
-        box.addWidget(self.text)
-
-    def message(self) -> Message:
-        shown = self.text.toPlainText()
-        return Message(self.role.currentText(), self._given if shown == self._shown else shown)
-
-
-class ChatEditor(QWidget):
-    changed = Signal()
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.system = QPlainTextEdit(placeholderText="System prompt (optional)")
-        self.system.setFixedHeight(self.fontMetrics().lineSpacing() * 3 + 12)
-        self.system.textChanged.connect(self.changed)
-        self.turns: list[Turn] = []
-        self._turn_box = QVBoxLayout()
-        self._turn_box.setContentsMargins(0, 0, 0, 0)
-        inner = QWidget()
-        inner_box = QVBoxLayout(inner)
-        inner_box.setContentsMargins(0, 0, 0, 0)
-        inner_box.addLayout(self._turn_box)
-        inner_box.addStretch(1)
-        scroll = QScrollArea(widgetResizable=True)
-        scroll.setWidget(inner)
-        add = QPushButton("+ Message", toolTip="Add a user or assistant message")
-        add.clicked.connect(lambda: self.add_turn("user" if not self.turns or
-                                                  self.turns[-1].role.currentText() == "assistant" else "assistant"))
-        box = QVBoxLayout(self)
-        box.setContentsMargins(0, 0, 0, 0)
-        box.addWidget(QLabel("System"))
-        box.addWidget(self.system)
-        box.addWidget(scroll, 1)
-        box.addWidget(add, alignment=Qt.AlignmentFlag.AlignLeft)
-        self.add_turn("user")
-
-    def add_turn(self, role: str, text: str = "") -> Turn:
-        turn = Turn(role, text)
-        turn.removed.connect(self._remove)
-        turn.text.textChanged.connect(self.changed)
-        turn.role.currentIndexChanged.connect(self.changed)
-        self.turns.append(turn)
-        self._turn_box.addWidget(turn)
-        self.changed.emit()
-        return turn
-
-    def _remove(self, turn: Turn) -> None:
-        self.turns.remove(turn)
-        turn.deleteLater()
-        self.changed.emit()
-
-    def messages(self) -> tuple[Message, ...]:
-        system = self.system.toPlainText().strip()
-        head = (Message("system", system),) if system else ()
-        return head + tuple(m for m in (t.message() for t in self.turns) if m.content)
-
-
 class PromptEditor(QWidget):
-    changed = Signal()
     score_wanted = Signal()  # Surprisal is on and the prompt shown has no score yet: build and send a request
     unusable = Signal(str)  # why the prompt as it is cannot be generated from (no chat template…); "": it can
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, state: EditingState | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.state = state if state is not None else EditingState(self)
+        self._showing = False  # the state's prompt is being put into the fields: not an edit
         self.tokenizer = None
         self.server = False  # the loaded model is on a server: it tokenizes there
         self.completion = QPlainTextEdit(placeholderText="Type a prompt; the model continues it.")
@@ -250,6 +95,8 @@ class PromptEditor(QWidget):
         self._score_sent: int | None = None  # the latest score request: only its answer is drawn
         self._score_in_flight = False
         self._rescore = False  # edited while a score was in flight: ask again when it is back
+        self.state.prompt_changed.connect(self._show)
+        self._show(self.state.prompt)
 
     def _build_layout(self) -> None:
         top = QWidget()
@@ -268,6 +115,19 @@ class PromptEditor(QWidget):
         box.setContentsMargins(0, 0, 0, 0)
         box.addWidget(self.split, 1)
         box.addLayout(row)
+
+    def bind(self, pg: Playground) -> None:
+        """The loaded model's tokenizer; while Surprisal is on, scores asked of the view-model and drawn when back."""
+        pg.loaded.connect(lambda info: self.set_tokenizer(pg.tokenizer, server=info.backend == "remote"))
+        self.score_wanted.connect(lambda: self.expect_score(pg.score_edited()))
+        pg.scored.connect(self.show_score)
+        pg.failed.connect(self.score_failed)
+        pg.opt_in_needed.connect(self.score_failed)
+
+    def add_reply(self, text: str) -> None:
+        """Append `text` as the assistant's message, then a new user message to type in."""
+        self.chat.add_turn("assistant", text)
+        self.chat.add_turn("user").text.setFocus()
 
     @property
     def chat_mode(self) -> bool:
@@ -297,12 +157,32 @@ class PromptEditor(QWidget):
     def set_prompt(self, text: str) -> None:
         self.completion.setPlainText(text)
 
+    def shown(self) -> Prompt:
+        """The prompt as the fields hold it."""
+        return Prompt(self.prompt(), self.chat.messages(), self.chat_mode)
+
+    def _show(self, prompt: Prompt) -> None:
+        """Put the state's prompt into the fields (what they then hold goes back: the chat keeps one turn)."""
+        if prompt == self.shown():
+            return  # the fields' own edit coming back: leave them (and the cursor) be
+        self._showing = True
+        try:
+            if prompt.text != self.prompt():
+                self.completion.setPlainText(prompt.text)
+            if prompt.messages != self.chat.messages():
+                self.chat.set_messages(prompt.messages)
+            self.tabs.setCurrentIndex(1 if prompt.chat else 0)
+        finally:
+            self._showing = False
+        self.state.set_prompt(self.shown())
+
     def _edited(self) -> None:
         self._debounce.start()
         if self.show_surprisal.isChecked():
             self._score_debounce.start()
             self.surprisal.set_status("· edited…")
-        self.changed.emit()
+        if not self._showing:
+            self.state.set_prompt(self.shown())
 
     def model_text(self) -> Rendered | None:
         """The prompt as the model will see it (template applied) and its ids, if rendered; None while it renders

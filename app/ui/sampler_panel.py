@@ -2,14 +2,16 @@
 
 Each numeric setting is a slider bound to a number box with a reset button; the boxes' ranges are the allowed
 ranges, so a value that is not allowed cannot be entered. Seed (with new-seed and lock), stop strings and
-the stage order follow. `changed` fires on any edit; `settings()` reads the current record.
+the stage order follow. The panel is bound to the `EditingState`: an edit writes its settings there (or says why
+they are not valid), and it shows whatever settings the state holds; a remote model marks what a server may not
+apply.
 """
 
 from __future__ import annotations
 
-import random
+import contextlib
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -24,12 +26,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core.models import ModelSpec
 from app.core.remote_run import SERVER_NOTES
-from app.core.settings import FIELDS, SamplerSettings, StageOrder, read_escapes, write_escapes
+from app.core.settings import FIELDS, SamplerSettings, SettingsError, StageOrder, read_escapes, write_escapes
+from app.ui.editing_state import UI_MAX_SEED, EditingState
 from app.ui.presets_box import PresetsBox
 from app.ui.sliders import LabeledDoubleSlider, LabeledSlider
 
-UI_MAX_SEED = 2**31 - 1  # QSpinBox holds a signed 32-bit int
 ORDER_LABELS = {
     StageOrder.TEMPERATURE_FIRST: "Temperature first (transformers, vLLM)",
     StageOrder.TEMPERATURE_LAST: "Temperature last (llama.cpp, mlx-lm)",
@@ -62,10 +65,10 @@ def _note(text: str) -> QLabel:
 
 
 class SamplerPanel(QWidget):
-    changed = Signal()
-
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, state: EditingState | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.state = state if state is not None else EditingState(self)
+        self._showing = False  # the state's settings are being put into the editors: not an edit
         self.editors: dict[str, QWidget] = {}
         self.notes = {name: _note(text) for name, text in SERVER_NOTES.items()}  # shown for a remote model
         grid = QGridLayout()
@@ -79,12 +82,12 @@ class SamplerPanel(QWidget):
         self.stop_edit = QPlainTextEdit(placeholderText="e.g. \\n\\n", toolTip="Generation stops when the text "
                                         "contains one of these; the stop string itself is not shown.")
         self.stop_edit.setFixedHeight(self.fontMetrics().lineSpacing() * 3 + 12)
-        self.stop_edit.textChanged.connect(self.changed)
+        self.stop_edit.textChanged.connect(self._edited)
         box.addWidget(self.stop_edit)
         self.order = QComboBox(toolTip="Where temperature runs relative to top-k, top-p and min-p: engines differ.")
         for order, label in ORDER_LABELS.items():
             self.order.addItem(label, order.value)
-        self.order.currentIndexChanged.connect(self.changed)
+        self.order.currentIndexChanged.connect(self._edited)
         order_label = QHBoxLayout()
         order_label.addWidget(QLabel("Stage order"))
         order_label.addWidget(self.notes["order"])
@@ -95,15 +98,21 @@ class SamplerPanel(QWidget):
         reset.clicked.connect(self.reset_all)
         box.addWidget(reset, alignment=Qt.AlignmentFlag.AlignRight)
         box.addStretch(1)
-        self.presets = PresetsBox(self)  # the presets combo, above the sliders (built last: it reads settings())
+        self.presets = PresetsBox(self.state, parent=self)  # the presets combo, above the sliders
         box.insertWidget(0, self.presets)
+        self.state.settings_changed.connect(self._show)
+        self.state.seed_lock_changed.connect(self.lock.setChecked)
+        self.state.model_changed.connect(self._show_model)
+        self._show(self.state.settings)
+        self.lock.setChecked(self.state.seed_locked)
+        self._show_model(self.state.model)
 
     def _add_row(self, grid: QGridLayout, row: int, f) -> None:  # noqa: ANN001
         label = QLabel(f.label, toolTip=f.help)
         editor = _slider(f)
         editor.setToolTip(f.help)
         editor.setObjectName(f.name)
-        editor.valueChanged.connect(self.changed)
+        editor.valueChanged.connect(self._edited)
         reset = QToolButton(text="↺", toolTip=f"Reset {f.label.lower()} to {f.default:g}", autoRaise=True)
         reset.clicked.connect(lambda _=False, e=editor, v=f.default: e.setValue(v))
         grid.addWidget(label, row, 0)
@@ -116,13 +125,11 @@ class SamplerPanel(QWidget):
     def _add_seed(self, grid: QGridLayout, row: int) -> None:
         self.seed = QSpinBox(minimum=0, maximum=UI_MAX_SEED, toolTip="The run's random seed: the same seed and "
                              "settings give the same tokens, on either backend.")
-        self.seed.setValue(random.randrange(UI_MAX_SEED))
-        self.seed.valueChanged.connect(self.changed)
+        self.seed.valueChanged.connect(self._edited)
         dice = QToolButton(text="New", toolTip="A new random seed", autoRaise=True)
         dice.clicked.connect(self.new_seed)
         self.lock = QCheckBox("Lock", toolTip="Locked: every run uses this seed. Unlocked: a new seed per run.")
-        self.lock.setChecked(True)
-        self.lock.toggled.connect(self.changed)
+        self.lock.toggled.connect(self.state.set_seed_locked)
         row_box = QHBoxLayout()
         row_box.addWidget(self.seed, 1)
         row_box.addWidget(self.lock)
@@ -130,6 +137,9 @@ class SamplerPanel(QWidget):
         grid.addLayout(row_box, row, 1)
         grid.addWidget(dice, row, 2)
         grid.addWidget(self.notes["seed"], row, 3)
+
+    def _show_model(self, spec: ModelSpec) -> None:
+        self.set_remote(spec.backend == "remote")
 
     def set_remote(self, remote: bool) -> None:
         """Mark the settings a server may ignore or cannot express (its note in the tooltip); the stage order
@@ -139,29 +149,48 @@ class SamplerPanel(QWidget):
         self.order.setEnabled(not remote)
 
     def new_seed(self) -> None:
-        self.seed.setValue(random.randrange(UI_MAX_SEED))
-
-    def next_run_seed(self) -> int:
-        """The seed for the next run: this one if locked, else a fresh one (shown in the box)."""
-        if not self.lock.isChecked():
-            self.new_seed()
-        return self.seed.value()
+        self.state.new_seed()
 
     def stops(self) -> tuple[str, ...]:
         return tuple(read_escapes(line) for line in self.stop_edit.toPlainText().splitlines() if line)
 
     def settings(self) -> SamplerSettings:
+        """The settings as the editors show them (raises SettingsError for one that is not valid)."""
         values = {f.name: (int if f.integer else float)(self.editors[f.name].value()) for f in FIELDS}
         return SamplerSettings(**values, seed=self.seed.value(), stop=self.stops(),
                                order=StageOrder(self.order.currentData()))
 
     def set_settings(self, s: SamplerSettings) -> None:
-        for f in FIELDS:
-            self.editors[f.name].setValue(getattr(s, f.name))
-        if s.seed is not None:
-            self.seed.setValue(min(s.seed, UI_MAX_SEED))
-        self.stop_edit.setPlainText("\n".join(write_escapes(x) for x in s.stop))
-        self.order.setCurrentIndex(max(0, self.order.findData(s.order.value)))
+        """Edit the settings to `s` (a seed of None keeps the seed shown)."""
+        self.state.set_settings(s)
 
     def reset_all(self) -> None:
-        self.set_settings(SamplerSettings(seed=self.seed.value()))
+        self.state.set_settings(SamplerSettings(seed=self.state.settings.seed))
+
+    def _edited(self) -> None:
+        """An editor changed: the state takes the settings shown, or learns why they are not valid."""
+        if self._showing:
+            return
+        try:
+            settings = self.settings()
+        except SettingsError as e:
+            self.state.set_settings_error(str(e))
+            return
+        self.state.set_settings(settings)
+
+    def _show(self, s: SamplerSettings) -> None:
+        """Put the state's settings into the editors (their steps may round them: the state then takes what
+        they show)."""
+        with contextlib.suppress(SettingsError):
+            if self.settings() == s:  # the editors' own edit coming back: leave them (and the cursor) be
+                return
+        self._showing = True
+        try:
+            for f in FIELDS:
+                self.editors[f.name].setValue(getattr(s, f.name))
+            self.seed.setValue(s.seed)
+            self.stop_edit.setPlainText("\n".join(write_escapes(x) for x in s.stop))
+            self.order.setCurrentIndex(max(0, self.order.findData(s.order.value)))
+        finally:
+            self._showing = False
+        self._edited()

@@ -1,6 +1,6 @@
 """File → New / Open… / Open Recent / Save / Save As… for the window's session, its title, and autosave.
 
-`Sessions` reads what the widgets hold now (prompt, chat, sampler, model) and the view-model's runs into a
+`Sessions` reads the editing state (prompt, chat, sampler settings, model) and the view-model's runs into a
 `SavedSession` and puts one back (`app/core/session_file.py` writes and reads the file). The title names the file
 and marks it modified while that differs from what was last saved or opened; New, Open and closing then ask
 first. A few seconds after the last change the session is written to an autosave file (atomically, off the UI
@@ -18,25 +18,23 @@ import datetime
 import logging
 import os
 import re
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import platformdirs
 import psutil
 from PySide6.QtCore import QObject, QTimer, Signal
-from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
-from PySide6.QtWidgets import QFileDialog, QMenu, QMessageBox
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QFileDialog, QMenu, QMessageBox, QWidget
 
 from app.core import session_file
 from app.core.session_file import EncodedTraces, SavedSession, SessionFormatError
+from app.ui.banner import Banner
+from app.ui.editing_state import Prompt
+from app.ui.playground import Playground
 from app.ui.preferences import Preferences, default_path
-
-if TYPE_CHECKING:
-    from app.core.events import Message
-    from app.ui.main_window import MainWindow
-    from app.ui.prompt_editor import ChatEditor
 
 AUTOSAVE_MS = 2500  # after the last change
 MAX_RECENT = 10
@@ -57,14 +55,15 @@ def state_dir(prefs: Preferences) -> Path:
 class Sessions(QObject):
     autosave_failed = Signal(str)  # from the writer thread: why (the banner says it)
 
-    def __init__(self, window: MainWindow, folder: Path) -> None:
+    def __init__(self, window: QWidget, playground: Playground, banner: Banner, store: Preferences,
+                 folder: Path) -> None:
+        """`window`: whose title names the session and over which the dialogs open."""
         super().__init__(window)
-        self.w = window
+        self.w, self.pg, self.editing, self.banner, self.store = window, playground, playground.editing, banner, store
         self.path: Path | None = None  # the session's file (None: never saved)
         self.folder, self.autosave_path = folder, folder / f"autosave-{os.getpid()}.jsonl"
         self.offered: list[Path] = []  # autosaves of windows gone without a clean exit, offered back: newest first
-        self.ask: Callable[[], Answer] = self._ask  # what to do with unsaved changes (tests answer for the user)
-        self.recent: list[str] = window.store.get("recent_sessions")  # most recent first
+        self.recent: list[str] = store.get("recent_sessions")  # most recent first
         self._saved: tuple | None = None  # the state last saved or opened; None until the window is restored
         self._closed = False
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="autosave")  # one write at a time
@@ -99,35 +98,30 @@ class Sessions(QObject):
         menu.insertSeparator(first)
 
     def _wire(self) -> None:
-        w, pg = self.w, self.w.playground
-        w.prompt.changed.connect(self.changed)
-        w.sampler.changed.connect(self.changed)
-        w.model_bar.model.currentTextChanged.connect(self.changed)
-        w.model_bar.backend.currentIndexChanged.connect(self.changed)
-        pg.session_changed.connect(self.changed)  # a run added, finished, renamed or deleted
-        pg.session_replaced.connect(self.changed)
-        self.autosave_failed.connect(w.banner.show_message)
+        for edited in (self.editing.prompt_changed, self.editing.settings_changed, self.editing.model_changed):
+            edited.connect(lambda _value: self.changed())
+        self.pg.session_changed.connect(self.changed)  # a run added, finished, renamed or deleted
+        self.pg.session_replaced.connect(self.changed)
+        self.autosave_failed.connect(self.banner.show_message)
 
     def _started(self) -> None:
         self._saved = self.state()
         self._show_title()
         self._offer_recovery()
 
-    # the session as the widgets hold it -----------------------------------------------------------------------
+    # the session as the editing state holds it -----------------------------------------------------------------
     def snapshot(self, origin: str = "") -> SavedSession:
-        w = self.w
-        shown = w.playground.shown
-        return SavedSession(prompt=w.prompt.prompt(), messages=w.prompt.chat.messages(), chat=w.prompt.chat_mode,
-                            settings=w.sampler.settings(), model=w.model_bar.source(),
-                            backend=w.model_bar.backend.currentData(), runs=session_file.runs_of(w.playground.session),
+        e, shown = self.editing, self.pg.shown
+        return SavedSession(prompt=e.prompt.text, messages=e.prompt.messages, chat=e.prompt.chat,
+                            settings=e.settings, model=e.model.source, backend=e.model.backend,
+                            runs=session_file.runs_of(self.pg.session),
                             shown=shown.id if shown is not None and shown.trace is not None else None, origin=origin)
 
     def state(self) -> tuple:
         """What a save would keep, less the traces (a finished run's never change): compared to see changes."""
-        w = self.w
-        runs = tuple((r.id, r.name, r.parent) for r in w.playground.session.runs.values() if r.trace is not None)
-        return (w.prompt.prompt(), w.prompt.chat.messages(), w.prompt.chat_mode, w.sampler.settings(),
-                w.model_bar.source(), w.model_bar.backend.currentData(), runs)
+        e = self.editing
+        runs = tuple((r.id, r.name, r.parent) for r in self.pg.session.runs.values() if r.trace is not None)
+        return (e.prompt, e.settings, e.model.source, e.model.backend, runs)
 
     @property
     def modified(self) -> bool:
@@ -145,18 +139,16 @@ class Sessions(QObject):
         self.w.setWindowModified(self.modified)
 
     def _apply(self, doc: SavedSession) -> bool:
-        """Put `doc` into the widgets and the view-model; refused (False, with a message) while a run is going."""
-        w = self.w
+        """Put `doc` into the editing state and the view-model; refused (False, with a message) while a run is
+        going."""
         session, shown = session_file.to_session(doc)
-        if not w.playground.open_session(session, shown):
-            w.banner.show_message("A run is in progress: stop it (Esc) before opening another session.")
+        if not self.pg.open_session(session, shown):
+            self.banner.show_message("A run is in progress: stop it (Esc) before opening another session.")
             return False
-        w.prompt.set_prompt(doc.prompt)
-        _set_messages(w.prompt.chat, doc.messages)
-        w.prompt.tabs.setCurrentIndex(1 if doc.chat else 0)
-        w.sampler.set_settings(doc.settings)
-        w.model_bar.set_source(doc.model)
-        w.model_bar.set_backend(doc.backend)
+        e = self.editing
+        e.set_prompt(Prompt(doc.prompt, doc.messages, doc.chat))
+        e.set_settings(doc.settings)
+        e.set_model(replace(e.model, source=doc.model, backend=doc.backend))
         return True
 
     # verbs --------------------------------------------------------------------------------------------------
@@ -178,7 +170,7 @@ class Sessions(QObject):
         try:
             doc = session_file.load(path)
         except (OSError, SessionFormatError) as e:
-            self.w.banner.show_message(f"Cannot open {path.name}: {getattr(e, 'strerror', None) or e}")
+            self.banner.show_message(f"Cannot open {path.name}: {getattr(e, 'strerror', None) or e}")
             return False
         return self.show_file(doc, path)
 
@@ -200,7 +192,7 @@ class Sessions(QObject):
         try:
             session_file.save(self.snapshot(), path)
         except OSError as e:
-            self.w.banner.show_message(f"Cannot save {path}: {e.strerror or e}")
+            self.banner.show_message(f"Cannot save {path}: {e.strerror or e}")
             return False
         self._set_path(path)
         self._remember(path)
@@ -230,18 +222,17 @@ class Sessions(QObject):
                 os.replace(path, path.with_name(path.name.replace("autosave", "recovered", 1)))
 
     def _may_replace(self, running_ok: bool = False) -> bool:
-        pg = self.w.playground
+        pg = self.pg
         if not running_ok and pg.busy and not pg.loading_only:
-            self.w.banner.show_message("A run is in progress: stop it (Esc) before opening another session.")
+            self.banner.show_message("A run is in progress: stop it (Esc) before opening another session.")
             return False
         if not self.modified:
             return True
         answer = self.ask()
         return answer == "discard" or (answer == "save" and self.save())
 
-    def _ask(self) -> Answer:
-        if QGuiApplication.platformName() == "offscreen":
-            return "discard"  # no one to ask (tests, --screenshot without a display)
+    def ask(self) -> Answer:
+        """What to do with unsaved changes, as the user answers (a test, or a screenshot, sets its own answer)."""
         box = question(self.w, self.path.name if self.path else "Untitled")
         box.exec()
         return {QMessageBox.StandardButton.Save: "save", QMessageBox.StandardButton.Discard: "discard"}.get(
@@ -269,7 +260,7 @@ class Sessions(QObject):
             self.recent = []
         else:
             self.recent = [str(path.resolve()), *(p for p in self.recent if p != str(path.resolve()))][:MAX_RECENT]
-        self.w.store.set("recent_sessions", self.recent)
+        self.store.set("recent_sessions", self.recent)
 
     def _fill_recent(self) -> None:
         menu = self.recent_menu
@@ -324,7 +315,7 @@ class Sessions(QObject):
             what = f"“{Path(head.origin).name}”" if head.origin else "an unsaved session"
             start = " ".join(head.prompt.split())[:40]
             more = f" ({len(self.offered) - 1} more after it)" if len(self.offered) > 1 else ""
-            self.w.banner.show_message(f"Logit Lab did not close cleanly: {what} from {when} (prompt “{start}…”) "
+            self.banner.show_message(f"Logit Lab did not close cleanly: {what} from {when} (prompt “{start}…”) "
                                        f"can be restored{more}.", "Restore", self.restore)
             return
 
@@ -338,7 +329,7 @@ class Sessions(QObject):
             doc = session_file.load(path)
         except (OSError, SessionFormatError) as e:
             self.offered.pop(0)
-            self.w.banner.show_message(f"Cannot restore the autosaved session: {getattr(e, 'strerror', None) or e}")
+            self.banner.show_message(f"Cannot restore the autosaved session: {getattr(e, 'strerror', None) or e}")
             return False
         if not self._may_replace() or not self._apply(doc):
             return False
@@ -389,19 +380,7 @@ def _write_autosave(path: Path, doc: SavedSession | None, cache: EncodedTraces) 
     session_file.save(doc, path, cache)
 
 
-def _set_messages(chat: ChatEditor, messages: tuple[Message, ...]) -> None:
-    """The chat editor holding `messages`: the system one in its box, the others as turns (at least one)."""
-    chat.system.setPlainText(next((m.content for m in messages if m.role == "system"), ""))
-    for turn in list(chat.turns):
-        turn.removed.emit(turn)
-    for m in messages:
-        if m.role != "system":
-            chat.add_turn(m.role, m.content)
-    if not chat.turns:
-        chat.add_turn("user")
-
-
-def question(parent: MainWindow, name: str) -> QMessageBox:
+def question(parent: QWidget, name: str) -> QMessageBox:
     """Save / Discard / Cancel for a session with unsaved changes."""
     box = QMessageBox(QMessageBox.Icon.Warning, "Unsaved changes", f"Save the changes to {name}?",
                       QMessageBox.StandardButton.Save | QMessageBox.StandardButton.Discard

@@ -15,8 +15,8 @@ from PySide6.QtWidgets import QLabel, QMenu, QSizePolicy, QVBoxLayout, QWidget
 
 from app.core.sampling import Sample
 from app.core.trace import StepTrace
-from app.ui.chart_host import EMPTY, ChartHost
-from app.ui.token_view import format_prob, visible
+from app.ui.chart_host import ChartHost
+from app.ui.formatting import EMPTY, format_prob, visible
 
 if TYPE_CHECKING:
     from app.ui.playground import Playground
@@ -55,7 +55,7 @@ class StepPanel(QWidget):
         pg.preview_changed.connect(self.preview)
 
     def clear(self, note: str = "waiting for the first token…") -> None:
-        self.chart.clear_step(note)
+        self.chart.chart.clear_step(note)
         self.title.setText(IDLE)
         self.trace = None
 
@@ -75,7 +75,7 @@ class StepPanel(QWidget):
     def _clicked(self, ev: object) -> None:
         if self.trace is None or ev.button() != Qt.MouseButton.LeftButton:
             return
-        x = self.chart.getPlotItem().vb.mapSceneToView(ev.scenePos()).x()
+        x = self.chart.chart.getPlotItem().vb.mapSceneToView(ev.scenePos()).x()
         i = round(x) if math.isfinite(x) else -1
         if i >= 0 and (menu := self.bar_menu(i)) is not None:
             menu.popup(ev.screenPos().toPoint())
@@ -83,7 +83,7 @@ class StepPanel(QWidget):
     def show_step(self, _i: int, trace: StepTrace) -> None:
         self.trace = trace
         s = trace.sample
-        self.chart.show_sample(s, trace.top_texts)
+        self.chart.chart.show_sample(s, trace.top_texts)
         drew = f"<b>Step {trace.step}</b> — drew <code>{_visible(trace.text)}</code>"
         p, kind = trace.drawn_prob
         if kind == "model":  # a server's record: the model's probability; the server's sampling not observed
@@ -99,7 +99,7 @@ class StepPanel(QWidget):
         if sample is None:
             self.show_step(trace.step, trace)
             return
-        self.chart.show_sample(sample, trace.top_texts)
+        self.chart.chart.show_sample(sample, trace.top_texts)
         ids = sample.top_ids[: len(trace.top_texts)].tolist()
         text = _visible(trace.top_texts[ids.index(sample.token)]) if sample.token in ids else f"token {sample.token}"
         self.title.setText(f"<b>Step {trace.step}, re-sampled with the panel's settings</b> — would draw "

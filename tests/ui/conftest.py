@@ -10,12 +10,20 @@ from PySide6.QtCore import QSettings
 
 from app.core.models import ModelSpec
 from app.ui.main_window import MainWindow
+from app.ui.sessions import Sessions
 from backends import installed
 from tests.tiny import LOCAL_BACKENDS
 
 RUN_TIMEOUT = 60_000
 WINDOW_BACKEND = "torch" if installed("torch") or not LOCAL_BACKENDS else LOCAL_BACKENDS[0]  # torch where it is there
 needs_torch = pytest.mark.skipif(not installed("torch"), reason="torch backend not installed")
+
+
+@pytest.fixture(autouse=True)
+def unsaved_changes_discarded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Offscreen, no one answers the Save / Discard / Cancel question: every window discards, unless a test
+    answers for the user itself (`w.sessions.ask = ...`)."""
+    monkeypatch.setattr(Sessions, "ask", lambda _self: "discard")
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ def first_run(qtbot, w: MainWindow, max_tokens: int = 16, **settings) -> object:
     for k, v in {"temperature": 1.0, "top_k": 40, **settings}.items():
         w.sampler.editors[k].setValue(v)
     with qtbot.waitSignal(w.playground.finished, timeout=RUN_TIMEOUT) as done:
-        assert w.playground.generate(replace(w.request(), ignore_eos=True))
+        assert w.playground.generate(replace(w.playground.make_request(), ignore_eos=True))
     qtbot.waitUntil(lambda: not w.playground.busy, timeout=RUN_TIMEOUT)
     return done.args[0]
 
@@ -48,7 +48,7 @@ def tree_ids(w: MainWindow) -> list[tuple[int, int | None]]:
 
 def click_bar(qtbot, w: MainWindow, i: int) -> QMenu:
     """Click candidate i's bars in the step chart; returns the menu that pops up."""
-    chart = w.step_chart
+    chart = w.step_panel.chart.chart
     scene = chart.getPlotItem().vb.mapViewToScene(QPointF(i, 0.02))
     qtbot.mouseClick(chart.viewport(), Qt.MouseButton.LeftButton, pos=chart.mapFromScene(scene))
     qtbot.waitUntil(lambda: isinstance(QApplication.activePopupWidget(), QMenu))
@@ -73,7 +73,7 @@ def test_a_click_on_a_bar_forks_there_with_that_token_reusing_the_prefix(qtbot, 
     assert tree_ids(window) == [(root.run_id, None), (child.id, root.run_id)]
     assert window.branches.tree.currentItem().data(0, RUN_ID) == child.id
     assert window.output.text.toPlainText().startswith(child.trace.text)
-    assert window.timeline.diverged_line.isVisible() and window.timeline.diverged_line.value() == k
+    assert window.timeline.chart.diverged_line.isVisible() and window.timeline.chart.diverged_line.value() == k
 
 
 def test_the_output_menu_forks_and_regenerates_and_the_tree_shows_each_branch(qtbot, window):
@@ -97,7 +97,7 @@ def test_the_output_menu_forks_and_regenerates_and_the_tree_shows_each_branch(qt
 def test_tree_keys_rename_and_delete(qtbot, window):
     root = first_run(qtbot, window)
     pg, tree = window.playground, window.branches.tree
-    child = wait_run(qtbot, window, lambda: window.fork(2, None))
+    child = wait_run(qtbot, window, lambda: window.playground.fork(2, None))
     tree.setFocus()
     qtbot.keyClick(tree, Qt.Key.Key_Left)  # to the parent
     qtbot.keyClick(tree, Qt.Key.Key_Left)
@@ -121,7 +121,7 @@ def test_replay_marks_the_first_step_that_differs_in_the_output_and_the_timeline
     mine, theirs = run.trace.token_ids, root.trace.token_ids
     d = next(i for i, (a, b) in enumerate(zip(mine, theirs, strict=False)) if a != b)
     assert run.trace.branch == "replay" and run.parent == (root.run_id, d) and run.trace.seed == root.trace.seed
-    assert window.timeline.diverged_line.isVisible() and window.timeline.diverged_line.value() == d
+    assert window.timeline.chart.diverged_line.isVisible() and window.timeline.chart.diverged_line.value() == d
     view = window.output.text
     i = bisect.bisect_left(view._step_of, d)  # (a token without text of its own: the next one)
     cursor = QTextCursor(view.document())
@@ -135,7 +135,7 @@ def test_replay_marks_the_first_step_that_differs_in_the_output_and_the_timeline
 
 def test_uncertain_steps_are_marked_from_the_record_and_a_mark_forks_with_the_runner_up(qtbot, window):
     root = first_run(qtbot, window, max_tokens=24)
-    pg, tl = window.playground, window.timeline
+    pg, tl = window.playground, window.timeline.chart
     entropies = [s.sample.entropy for s in pg.steps]
     marked = tl.marks.data["x"].astype(int).tolist()
     assert marked == uncertain_steps(entropies) and len(marked) == 2  # the top 5 % of 24 steps, rounded up
@@ -162,8 +162,8 @@ def test_deleting_the_last_run_leaves_every_view_empty_and_new_does_too(qtbot, w
 
     def empty() -> bool:
         return (pg.shown is None and not window.output.text.toPlainText() and window.step_panel.trace is None
-                and "press Generate" in window.step_chart.note.toPlainText()
-                and window.timeline.n == 0 and not window.timeline.cursor.isVisible()
+                and "press Generate" in window.step_panel.chart.chart.note.toPlainText()
+                and window.timeline.chart.n == 0 and not window.timeline.chart.cursor.isVisible()
                 and not window.output.branch_note.text()
                 and all(label.text().endswith(": —") for label in window.metrics.values.values()))
 

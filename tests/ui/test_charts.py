@@ -17,8 +17,8 @@ from app.core.sampling import sample
 from app.core.settings import SamplerSettings, StageOrder
 from app.core.trace import Sample, StepTrace
 from app.ui.charts import CUT_BY, RAW, StepChart, TimelineChart
+from app.ui.formatting import format_prob
 from app.ui.main_window import MainWindow
-from app.ui.token_view import format_prob
 from backends.ops import NUMPY
 
 FILTERS = SamplerSettings(temperature=0.5, top_k=12, top_p=0.8, min_p=0.3)  # T ≠ 1 with every filter on
@@ -221,16 +221,16 @@ def window(window):
 def shown_step(w: MainWindow) -> dict[str, int | None]:
     """The step each view shows: the header's number, the chart's record, its outlined bar, the selected token."""
     steps = w.playground.steps
-    header = int(re.search(r"<b>Step (\d+)", w.step_title.text()).group(1))
-    chart = next(i for i, st in enumerate(steps) if st.sample is w.step_chart.shown[0])
-    s = w.step_chart.shown[0]
-    bar = outlined(w.step_chart)
+    header = int(re.search(r"<b>Step (\d+)", w.step_panel.title.text()).group(1))
+    chart = next(i for i, st in enumerate(steps) if st.sample is w.step_panel.chart.chart.shown[0])
+    s = w.step_panel.chart.chart.shown[0]
+    bar = outlined(w.step_panel.chart.chart)
     drawn = int(s.top_ids[bar[0]]) if bar else None
     text = w.output.text
     sels = text.extraSelections()
     selected = text._step_of[bisect.bisect_right(text._starts, sels[0].cursor.selectionStart()) - 1] if sels else None
     return {"header": header, "chart": chart, "drawn": drawn, "selected": selected,
-            "p": re.search(r"p = ([0-9.]+)", w.step_title.text()).group(1)}
+            "p": re.search(r"p = ([0-9.]+)", w.step_panel.title.text()).group(1)}
 
 
 def assert_one_step(w: MainWindow, k: int, selected: bool = True) -> None:
@@ -238,7 +238,7 @@ def assert_one_step(w: MainWindow, k: int, selected: bool = True) -> None:
     got = shown_step(w)
     assert got["header"] == got["chart"] == k
     assert got["p"] == f"{st.prob:.3f}"
-    if st.token_id in w.step_chart.shown[0].top_ids[: st.top_n]:
+    if st.token_id in w.step_panel.chart.chart.shown[0].top_ids[: st.top_n]:
         assert got["drawn"] == st.token_id
     if selected and st.text:
         assert got["selected"] == k
@@ -248,7 +248,7 @@ def test_after_a_run_the_header_chart_and_selected_token_are_the_last_step(qtbot
     window.prompt.set_prompt("Hello")
     window.sampler.editors["max_tokens"].setValue(40)
     with qtbot.waitSignal(window.playground.finished, timeout=RUN_TIMEOUT):
-        assert window.playground.generate(replace(window.request(), ignore_eos=True))
+        assert window.playground.generate(replace(window.playground.make_request(), ignore_eos=True))
     steps = window.playground.steps
     assert len(steps) == 40
     assert_one_step(window, 39)
@@ -256,7 +256,7 @@ def test_after_a_run_the_header_chart_and_selected_token_are_the_last_step(qtbot
 
 def test_mid_run_a_pinned_step_stays_whole_and_following_shows_the_latest(qtbot, window):
     window.sampler.editors["max_tokens"].setValue(100_000)
-    assert window.playground.generate(replace(window.request(), ignore_eos=True))
+    assert window.playground.generate(replace(window.playground.make_request(), ignore_eos=True))
     qtbot.waitUntil(lambda: len(window.playground.steps) >= 8, timeout=RUN_TIMEOUT)
     k = next(i for i, st in enumerate(window.playground.steps) if st.text)
     window.playground.select_step(k)  # as a click on the token does
@@ -278,7 +278,8 @@ def test_the_timeline_draws_either_curve_or_both_and_the_window_remembers_which(
     with qtbot.waitSignal(window.playground.finished, timeout=RUN_TIMEOUT) as done:
         window.generate()
     entropies = [st.sample.entropy for st in done.args[0].trace.steps]
-    tl, axes = window.timeline, window.timeline.getPlotItem().getAxis
+    tl = window.timeline.chart
+    axes = tl.getPlotItem().getAxis
     assert tl.prob.isVisible() and tl.entropy.isVisible() and axes("left").isVisible() and axes("right").isVisible()
     window.series.setCurrentIndex(window.series.findData("entropy"))
     assert not tl.prob.isVisible() and not axes("left").isVisible() and tl.entropy.isVisible()
@@ -292,7 +293,7 @@ def test_the_timeline_draws_either_curve_or_both_and_the_window_remembers_which(
     again = MainWindow(settings=store, spec=window.model_bar.spec())
     qtbot.addWidget(again)
     assert again.series.currentData() == "prob" and not again.timeline.is_built  # choosing builds nothing
-    assert again.timeline.prob.isVisible() and not again.timeline.entropy.isVisible()  # applied when built
+    assert again.timeline.chart.prob.isVisible() and not again.timeline.chart.entropy.isVisible()  # applied when built
     again.sessions.ask = lambda: "discard"
     again.close()
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.ui.prompt_editor import ChatEditor, PromptEditor
+from app.ui.chat_editor import ChatEditor
+from app.ui.prompt_editor import PromptEditor
 from backends.base import LoadOptions
 from backends.hf_tokenizer import TEMPLATE_LIMIT_S, load_tokenizer
 from tests.tiny import CHAT_TEMPLATE, make_tokenizer

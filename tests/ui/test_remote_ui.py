@@ -13,10 +13,10 @@ from app.cli import spec_from, window_parser
 from app.core.export import shade, shade_rgba
 from app.core.models import ModelSpec
 from app.core.remote_run import SERVER_NOTES
+from app.ui.formatting import format_prob
 from app.ui.main_window import MainWindow
 from app.ui.model_bar import ModelBar
 from app.ui.sampler_panel import SamplerPanel
-from app.ui.token_view import format_prob
 from tests.remote_fake import Handler, chunk, entry, fake_server, stream_tokens
 from tests.ui.conftest import RUN_TIMEOUT
 
@@ -92,9 +92,9 @@ def test_a_run_cut_by_the_server_keeps_its_tokens_and_says_why(qtbot, store):
     assert [(r.reason, r.message) for r in runs] == [("error", messages[0])] * 2 and len(messages) == 2
     assert "after 3 tokens" in messages[0] and not w.banner.isHidden() and w.banner.label.text() == messages[0]
     assert w.output.text.toPlainText().startswith("w0w1w2")
-    qtbot.waitUntil(lambda: w.timeline.n == 3)
-    assert len(w.timeline.prob.getData()[1]) == 3  # the model's p of each drawn token (the next test holds it)
-    assert not len(w.timeline.entropy.getData()[0] if w.timeline.entropy.getData()[0] is not None else [])
+    qtbot.waitUntil(lambda: w.timeline.chart.n == 3)
+    assert len(w.timeline.chart.prob.getData()[1]) == 3  # the model's p of each drawn token (the next test holds it)
+    assert not len(w.timeline.chart.entropy.getData()[0] if w.timeline.chart.entropy.getData()[0] is not None else [])
     w.banner.hide()
     status = w.model_bar.status.text()
     w.playground.show_run(runs[0].run_id)
@@ -140,12 +140,12 @@ def test_a_remote_run_draws_the_models_probability_of_each_drawn_token_and_says_
         with qtbot.waitSignal(w.playground.finished, timeout=RUN_TIMEOUT):
             w.generate()
         steps = w.playground.steps
-        qtbot.waitUntil(lambda: w.timeline.n == 3)
+        qtbot.waitUntil(lambda: w.timeline.chart.n == 3)
     model_p = [st.raw_prob for st in steps]
     assert [st.prob for st in steps] == [None] * 3 and [st.drawn_prob for st in steps] == [(p, "model") for p in
                                                                                         model_p]
     np.testing.assert_allclose(model_p, [math.exp(lp) for _t, lp, _top in LIKELY_TO_RARE], rtol=1e-6)
-    tl = w.timeline
+    tl = w.timeline.chart
     tl.show_step(2, steps[2])
     x, y = tl.prob.getData()
     np.testing.assert_array_equal(x, [0, 1, 2])
@@ -166,7 +166,7 @@ def test_a_remote_run_draws_the_models_probability_of_each_drawn_token_and_says_
     assert "p under the model = <b>0.00012</b> <span style='color:gray'>(the server's sampling not observed)" in tips[2]
     assert re.search(r"<code>a</code> 9\.[0-9]e-05", tips[1])  # an alternative's p: not "0.000" either
     assert (f"drew <code>c</code> with p under the model = {format_prob(model_p[2])}, rank 2 <span style='color:gray'>"
-            "(the server's sampling not observed)") in w.step_title.text()  # the step shown: the last
+            "(the server's sampling not observed)") in w.step_panel.title.text()  # the step shown: the last
     w.output.text.clear_run()  # a new run shows the final distribution's legend again
     w.output._name_shading()
     assert w.output.scale.text() == "p = 0"

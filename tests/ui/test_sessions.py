@@ -34,7 +34,7 @@ def branch(qtbot, w: MainWindow, parent: tuple[int, int], max_tokens: int = 4) -
     """A run recorded as branching from `parent` (run id, step)."""
     w.sampler.editors["max_tokens"].setValue(max_tokens)
     with qtbot.waitSignal(w.playground.finished, timeout=RUN_TIMEOUT):
-        assert w.playground.generate(replace(w.request(), parent=parent))
+        assert w.playground.generate(replace(w.playground.make_request(), parent=parent))
 
 
 def same_steps(a: list, b: list) -> bool:
@@ -68,7 +68,7 @@ def test_a_session_saved_and_reopened_in_the_window_equals_the_original(qtbot, w
 
     assert w.sessions.new()
     assert w.prompt.prompt() == "" and w.prompt.chat.messages() == () and not w.playground.session.runs
-    assert w.output.text.toPlainText() == "" and w.timeline.n == 0 and w.step_chart.shown is None
+    assert w.output.text.toPlainText() == "" and w.timeline.chart.n == 0 and w.step_panel.chart.chart.shown is None
     assert w.windowTitle().startswith("Untitled") and not w.isWindowModified()
 
     assert w.sessions.open(tmp_path / "s.jsonl")
@@ -80,7 +80,7 @@ def test_a_session_saved_and_reopened_in_the_window_equals_the_original(qtbot, w
     assert [r.parent for r in back] == [None, (back[0].id, 2), (back[1].id, 1)]
     assert all(same_steps(a.steps, b.steps) for a, b in zip(runs, back, strict=True))
     assert w.playground.shown is back[-1] and w.output.text.toPlainText().startswith(back[-1].trace.text)
-    assert w.timeline.n == len(back[-1].steps) and w.step_chart.shown[0] is back[-1].steps[-1].sample
+    assert w.timeline.chart.n == len(back[-1].steps) and w.step_panel.chart.chart.shown[0] is back[-1].steps[-1].sample
     assert w.windowTitle().startswith("s.jsonl") and not w.isWindowModified()
     assert w.store.get("recent_sessions")[0] == str((tmp_path / "s.jsonl").resolve())
     w.playground.rename(back[1].id, "renamed")
@@ -102,7 +102,7 @@ def test_a_session_opens_without_its_model_to_look(qtbot, window, tmp_path):
     assert window.sessions.open(path)
     shown = window.playground.shown
     assert same_steps(shown.steps, trace.steps) and shown.name == "kept"
-    assert window.output.text.toPlainText().startswith(trace.text) and window.step_chart.shown is not None
+    assert window.output.text.toPlainText().startswith(trace.text) and window.step_panel.chart.chart.shown is not None
     assert window.model_bar.source() == "/no/such/model" and not window.banner.isVisible()
     qtbot.wait(50)
     assert not loads and not window.playground.busy  # nothing was loaded to look

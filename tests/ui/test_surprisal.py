@@ -14,16 +14,10 @@ from PySide6.QtGui import QMouseEvent, QTextCursor
 from PySide6.QtWidgets import QApplication, QToolTip
 
 from app.core.events import Request, Scored
+from app.core.export import SHADES
+from app.ui.formatting import format_logprob, format_prob, shown_piece, visible
 from app.ui.main_window import MainWindow
-from app.ui.token_view import (
-    SHADES,
-    format_logprob,
-    format_prob,
-    shown_piece,
-    surprise_color,
-    surprise_shade,
-    visible,
-)
+from app.ui.surprisal_view import surprise_color, surprise_shade
 
 RUN_TIMEOUT = 60_000
 PROMPT = "Hello world, this is a test"
@@ -127,7 +121,7 @@ def test_a_stale_score_is_ignored(qtbot, window):
     assert_drawn_from(window, new.args[0])
     # An answer to a request this editor did not send (or no longer waits for) changes nothing either.
     with qtbot.waitSignal(window.playground.scored, timeout=RUN_TIMEOUT):
-        window.playground.score(Request(model=window.model_bar.spec(), prompt="import os"))
+        window.playground.worker.score(Request(model=window.model_bar.spec(), prompt="import os"))
     assert window.prompt.surprisal.text.score is new.args[0].score
 
 
@@ -158,7 +152,7 @@ def test_toggling_off_removes_the_shading_and_a_late_answer_is_not_drawn(qtbot, 
 
 def test_a_score_waits_behind_a_running_generation_without_blocking_and_survives_stop(qtbot, window):
     window.sampler.editors["max_tokens"].setValue(100_000)
-    assert window.playground.generate(replace(window.request(), ignore_eos=True))
+    assert window.playground.generate(replace(window.playground.make_request(), ignore_eos=True))
     qtbot.waitUntil(lambda: len(window.playground.steps) >= 3, timeout=RUN_TIMEOUT)
     window.prompt.show_surprisal.click()
     qtbot.wait(300)

@@ -32,10 +32,10 @@ def test_generate_streams_tokens_into_the_view_and_the_charts(qtbot, window):
     steps = window.playground.steps
     assert fin.reason in ("length", "eos") and len(steps) == fin.metrics.generated_tokens > 0
     assert window.output.text.toPlainText().startswith("".join(s.text for s in steps))
-    assert window.timeline.n == len(steps)
-    shown, texts = window.step_chart.shown
+    assert window.timeline.chart.n == len(steps)
+    shown, texts = window.step_panel.chart.chart.shown
     assert shown is steps[-1].sample and len(texts) == 20  # the last step, after the run
-    assert len(window.step_chart.raw.opts["height"]) == 20
+    assert len(window.step_panel.chart.chart.raw.opts["height"]) == 20
     assert "tok/s" in window.metrics.values["rate"].text()
     assert window.generate_button.isEnabled() and not window.stop_button.isEnabled()
 
@@ -51,7 +51,7 @@ def test_a_one_token_run_claims_no_decode_speed(qtbot, window):
 def endless(w: MainWindow) -> None:
     """Start a run that only Stop can end (a random model may otherwise draw end-of-text at any step)."""
     w.sampler.editors["max_tokens"].setValue(100_000)
-    assert w.playground.generate(replace(w.request(), ignore_eos=True))
+    assert w.playground.generate(replace(w.playground.make_request(), ignore_eos=True))
 
 
 def test_stop_ends_the_run_and_the_window_can_run_again(qtbot, window):
@@ -79,7 +79,7 @@ def test_moving_a_slider_changes_the_next_request(qtbot, window):
     window.sampler.editors["temperature"].setValue(1.37)
     window.sampler.editors["top_k"].setValue(12)
     window.sampler.order.setCurrentIndex(1)
-    s = window.request().settings
+    s = window.playground.make_request().settings
     assert (s.temperature, s.top_k, s.order.value) == (1.37, 12, "temperature-last")
 
 
@@ -93,17 +93,17 @@ def test_clicking_a_token_selects_its_step_and_the_chart_follows(qtbot, window):
     rect = view.cursorRect(cur)
     qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=rect.topLeft() + QPoint(2, rect.height() // 2))
     assert window.playground.selected == k
-    assert window.step_chart.shown[0] is window.playground.steps[k].sample
-    assert window.timeline.cursor.value() == k
+    assert window.step_panel.chart.chart.shown[0] is window.playground.steps[k].sample
+    assert window.timeline.chart.cursor.value() == k
 
 
 def test_a_slider_moved_after_a_run_previews_the_selected_step(qtbot, window):
     run(qtbot, window, max_tokens=6, temperature=1.0)
     window.sampler.editors["top_k"].setValue(3)
-    preview, _ = window.step_chart.shown
+    preview, _ = window.step_panel.chart.chart.shown
     assert preview is not window.playground.steps[-1].sample
     assert preview.kept_counts[-1] == 3  # the chart shows what top-k 3 would keep at that step
-    assert "re-sampled" in window.step_title.text()
+    assert "re-sampled" in window.step_panel.title.text()
 
 
 def test_an_invalid_model_shows_an_error_and_the_app_then_works(qtbot, window, tiny_path):
@@ -174,7 +174,7 @@ def test_a_long_run_keeps_the_event_loop_responsive(qtbot, window):
     timer.timeout.connect(lambda: ticks.append((time.perf_counter(), len(window.playground.steps))))
     timer.start()
     window.sampler.editors["max_tokens"].setValue(n)
-    request = replace(window.request(), ignore_eos=True)
+    request = replace(window.playground.make_request(), ignore_eos=True)
     with qtbot.waitSignal(window.playground.finished, timeout=10 * RUN_TIMEOUT) as done:
         window.playground.generate(request)
     fin = done.args[0]
@@ -184,7 +184,7 @@ def test_a_long_run_keeps_the_event_loop_responsive(qtbot, window):
     print(f"\n{n}-token run: {fin.metrics.decode_tokens_per_s:.0f} tok/s, {len(growing)} partial states shown, "
           f"longest event-loop stall {max(gaps) * 1000:.1f} ms over {len(ticks)} ticks")
     assert fin.metrics.generated_tokens == n and len(window.playground.steps) == n
-    assert window.timeline.n == n
+    assert window.timeline.chart.n == n
     assert len(growing) >= 5, growing  # it streamed: the loop drew the run at least 5 times before its end
 
 
@@ -244,10 +244,10 @@ def test_every_run_keeps_its_own_steps_in_the_session(qtbot, window):
     pg = window.playground
     window.prompt.set_prompt("Hello")
     window.sampler.editors["max_tokens"].setValue(8)
-    first = replace(window.request(), ignore_eos=True)
+    first = replace(window.playground.make_request(), ignore_eos=True)
     with qtbot.waitSignal(pg.finished, timeout=RUN_TIMEOUT):
         assert pg.generate(first)
-    pair = replace(window.request(), ignore_eos=True, n=2)
+    pair = replace(window.playground.make_request(), ignore_eos=True, n=2)
     qtbot.waitUntil(lambda: not pg.busy, timeout=RUN_TIMEOUT)
     with qtbot.waitSignal(pg.finished, timeout=RUN_TIMEOUT):
         assert pg.generate(pair)
