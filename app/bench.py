@@ -17,13 +17,24 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
-from app.cli import COMPILE_HELP, Parser, add_count, backend_of, check_base_url, fail, thread_count, to_json
+from app.arguments import (
+    COMPILE_HELP,
+    DEBUG_ENV,
+    Parser,
+    add_count,
+    add_server_args,
+    backend_of,
+    check_base_url,
+    fail,
+    thread_count,
+    to_json,
+)
 from app.core.events import Finished, Request
 from app.core.generation import Prefix, generate
 from app.core.metrics import Metrics
 from app.core.models import resolve
 from app.core.settings import FIELD_BY_NAME, SamplerSettings, SettingsError
-from app.terminal import DEBUG_ENV
+from app.remote_cli import bench_main as bench_remote
 from backends import ModelLoadError, get_backend
 from backends.base import LoadOptions
 from backends.baselines import (
@@ -208,8 +219,6 @@ def print_table(r: dict) -> None:
 
 
 def parser() -> Parser:
-    from app.remote_cli import add_remote_args
-
     p = Parser(prog=PROG, description=__doc__.splitlines()[0])
     p.add_argument("--model", default="builtin", help="a local folder, a hub id (owner/name) or 'builtin' "
                    "(default)")
@@ -217,7 +226,7 @@ def parser() -> Parser:
     p.add_argument("--backend", choices=["auto", "mlx", "torch", "remote"], default="auto",
                    help="auto: MLX on Apple Silicon, else torch (torch for a .gguf; default); remote: a server's "
                         "tokens/s at concurrency 1, 4, 16 (--base-url)")
-    add_remote_args(p)
+    add_server_args(p)
     p.add_argument("--device", choices=["cuda", "mps", "cpu"], help="torch device (default: best available)")
     p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], help="default: float32 on a CPU; on a "
                    "GPU bfloat16 / float16 (torch) or the file's own (MLX)")
@@ -239,8 +248,7 @@ def main(argv: list[str]) -> int:
         check_base_url(args.base_url)
     except SettingsError as e:
         return fail(str(e), 2, PROG)
-    if backend_of(args) == "remote":  # a server: its throughput as we drive it (app/remote_cli.py)
-        from app.remote_cli import bench_main as bench_remote
+    if backend_of(args) == "remote":  # a server: its throughput as we drive it
         return bench_remote(args)
     try:
         backend, model, plain, path = load(args)

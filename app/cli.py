@@ -1,62 +1,40 @@
 """The `logitlab` command: the window by default, `generate` to stream a completion in the terminal.
 
 Arguments map one-to-one onto the core's `Request`; generation goes through the same `ModelThread` the
-window uses. Bad input exits non-zero with one line on stderr.
+window uses. Bad input exits non-zero with one line on stderr. Each command's module (and the window) is imported
+when that command runs, so that `--help` and a bad flag answer at once; those modules import only
+`app.arguments` from here down, never this module.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
 
+from app.arguments import (
+    COMPILE_HELP,
+    Parser,
+    add_count,
+    add_server_args,
+    backend_of,
+    check_base_url,
+    fail,
+    thread_count,
+)
+from app.core.events import Message, Request
+from app.core.models import ModelSpec
+from app.core.sampling import RECORD_K
 from app.core.settings import FIELDS, MAX_SEED, SamplerSettings, SettingsError, StageOrder, read_escapes
+from backends.base import LoadOptions
 
-COMMANDS = ("generate", "bench", "models")
 USAGE = """logitlab [options]             open the window
        logitlab generate [options]    stream a completion to standard output
        logitlab bench [options]       time generation against a baseline
        logitlab models [options]      list the models you have (built-in, HF cache, the window's model folders)"""
 MAX_SAMPLES = 64  # --n, and so the requests at once that --concurrency may ask for
 COMPILE_LEN = 1024  # the static cache's length: every compiled step attends over all of it (masked)
-COMPILE_HELP = ("torch, Llama-family: a static KV cache and a torch.compile'd decode step (~2x decode on a CPU). "
-                "The first decode step compiles: a minute or more on a CPU the first time (cached for later runs)")
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse, with a bad flag's error as one line (no usage block above it); exit 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-def whole(lo: int, hi: int | None = None) -> Callable[[str], int]:
-    """An argparse type: a whole number from `lo` to `hi` (None: no upper limit)."""
-
-    def parse(text: str) -> int:
-        try:
-            n = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-        if n < lo or (hi is not None and n > hi):
-            raise argparse.ArgumentTypeError(f"must be {span(lo, hi)}, got {n}")
-        return n
-
-    return parse
-
-
-def span(lo: int, hi: int | None) -> str:
-    return f"{lo} or more" if hi is None else f"from {lo} to {hi}"
-
-
-def add_count(p: argparse.ArgumentParser, flag: str, lo: int, hi: int | None, default: int | None, text: str) -> None:
-    """A whole-number flag: its range, checked by argparse, is the one its help states."""
-    shown = "" if default is None else f", default {default}"
-    p.add_argument(flag, type=whole(lo, hi), default=default, metavar="N", help=f"{text} [{span(lo, hi)}{shown}]")
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -79,21 +57,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_remote_args(p: argparse.ArgumentParser) -> None:
-    from app.remote_cli import add_remote_args as add
-
-    add(p)
+    add_server_args(p)
     add_count(p, "--concurrency", 1, MAX_SAMPLES, 4, "remote: at most this many requests at once (--n)")
-
-
-def thread_count(text: str) -> int:
-    from backends.threads import ThreadsError, check_threads
-
-    try:
-        return check_threads(int(text))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    except ThreadsError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def add_sampler_args(p: argparse.ArgumentParser) -> None:
@@ -106,8 +71,6 @@ def add_sampler_args(p: argparse.ArgumentParser) -> None:
                    r"newline, \t a tab, \r a carriage return, \\ a backslash (as in the window's box)")
     p.add_argument("--order", choices=[o.value for o in StageOrder], default=StageOrder.TEMPERATURE_FIRST.value,
                    help="temperature before the filters (transformers, vLLM) or after them (llama.cpp, mlx-lm)")
-    from app.core.sampling import RECORD_K
-
     add_count(p, "--top-n", 1, RECORD_K, 20, "candidates recorded per step")
 
 
@@ -117,15 +80,7 @@ def settings_from(args: argparse.Namespace) -> SamplerSettings:
                            order=StageOrder(args.order))
 
 
-def backend_of(args: argparse.Namespace) -> str:
-    """--backend, where "auto" with a --base-url means the server it names."""
-    return "remote" if args.base_url and args.backend == "auto" else args.backend
-
-
-def spec_from(args: argparse.Namespace):  # noqa: ANN201 - ModelSpec, imported lazily
-    from app.core.models import ModelSpec
-    from backends.base import LoadOptions
-
+def spec_from(args: argparse.Namespace) -> ModelSpec:
     opts = LoadOptions(device=args.device, dtype=args.dtype, quantize_bits=args.quantize,
                        trust_remote_code=args.trust_remote_code, allow_pickle=args.allow_pickle,
                        compile_len=COMPILE_LEN if args.compile else None, threads=args.threads)
@@ -195,27 +150,7 @@ def check_trace_path(trace: str | None, prompt_file: str | None) -> None:
         raise SettingsError(f"--trace names the prompt file {prompt_file}: choose another file")
 
 
-def check_base_url(url: str | None) -> None:
-    """A --base-url that cannot name a server is refused before anything starts (RemoteError: one line)."""
-    if url:
-        from backends.remote import RemoteError, normalize_url, where
-
-        try:
-            normalize_url(url)
-            where(url)  # it reads the port: one out of range raises
-        except RemoteError as e:
-            raise SettingsError(str(e)) from None
-        except ValueError as e:  # urllib's own: a bad IPv6 address, a port out of range
-            raise SettingsError(f"the base URL cannot name a server: {e}") from None
-
-
-def fail(message: str, code: int = 1, prog: str = "logitlab") -> int:
-    print(f"{prog}: error: {message}", file=sys.stderr)
-    return code
-
-
 def run_generate(argv: Sequence[str]) -> int:
-    from app.core.events import Message, Request
     from app.terminal import stream_to_terminal
 
     args = generate_parser().parse_args(argv)
@@ -258,7 +193,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 def models_parser() -> Parser:
     """`logitlab models`: the local models (`app.core.catalog`), or a server's with --base-url."""
     from app.core.catalog import FOLDER_DEPTH
-    from app.remote_cli import add_remote_args
 
     p = Parser(prog="logitlab models", description="List the models you have: the built-in one, the Hugging Face "
                "cache (model folders and .gguf files), the folders given with --folder and the window's model "
@@ -266,7 +200,7 @@ def models_parser() -> Parser:
     p.add_argument("--cache-dir", help="another cache folder (default: the standard HF cache)")
     p.add_argument("--folder", action="append", default=[], help="also list the model folders and .gguf files in "
                    f"this folder, up to {FOLDER_DEPTH} levels down (repeatable; e.g. ~/.lmstudio/models)")
-    add_remote_args(p)
+    add_server_args(p)
     p.add_argument("--json", action="store_true", help="one JSON array of the entries (remote: the server's list)")
     return p
 
@@ -298,18 +232,3 @@ def saved_folder_args(argv: Sequence[str]) -> list[str]:
     given = {str(Path(a).expanduser().resolve()) for a in argv}
     return [a for f in Preferences().get("model_folders")
             if Path(f).is_dir() and str(Path(f).resolve()) not in given for a in ("--folder", f)]
-
-
-def to_json(obj: Any, indent: int | None = None) -> str:
-    """JSON text that every JSON reader takes: NaN and the infinities (which JSON has not) as null."""
-    return json.dumps(_finite(obj), ensure_ascii=False, indent=indent, allow_nan=False)
-
-
-def _finite(obj: Any) -> Any:
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj

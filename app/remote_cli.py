@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
-from app.cli import to_json
+from app.arguments import to_json
 from app.core.events import Finished, Request
 from app.core.models import ModelSpec
 from app.core.remote_run import load_remote, run_remote
@@ -24,12 +24,6 @@ from backends.base import ModelLoadError
 from backends.remote import RemoteBackend, RemoteError, RemoteModel, where
 
 CONCURRENCY = (1, 4, 16)
-
-
-def add_remote_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--base-url", help="remote: an OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1")
-    p.add_argument("--api-key-env", metavar="VAR", help="remote: read the API key from this environment variable "
-                   "(default: the key saved in the keychain for this server, else none)")
 
 
 def models_main(args: argparse.Namespace) -> int:

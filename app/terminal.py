@@ -19,11 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from app.cli import to_json
+from app.arguments import DEBUG_ENV, to_json
 from app.core.events import Failed, Finished, Loaded, Loading, Prefilled, Request, Step
 from app.core.model_thread import ModelThread
 
-DEBUG_ENV = "LOGITLAB_DEBUG"
 SLOW_STEP_S = 1.0  # with --compile, first steps this slow are compiling: say so
 
 

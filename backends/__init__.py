@@ -3,6 +3,7 @@
 `auto` picks MLX on Apple Silicon and torch elsewhere (MLX's CPU build is ~4x slower than torch on Linux),
 falling back to whichever is installed; a .gguf file opens only on torch, so `auto` picks torch for one.
 `resolve_name` is the one place "auto" is resolved: the model thread (window and CLI) and the model bar ask it.
+`BACKENDS` declares, per backend, whether it loads a local folder (`get_backend`) or `connects` to a server.
 """
 
 from __future__ import annotations
@@ -11,24 +12,39 @@ import importlib
 import importlib.util
 import os
 import platform
+from dataclasses import dataclass
 
-from backends.base import Backend, LoadedModel, LoadOptions, ModelInfo, ModelLoadError
+from backends.base import Backend, Capabilities, LoadedModel, LoadOptions, Model, ModelInfo, ModelLoadError
 
-__all__ = ["Backend", "LoadOptions", "LoadedModel", "ModelInfo", "ModelLoadError", "get_backend", "installed",
-           "is_gguf_source", "resolve_name"]
+__all__ = ["Backend", "Capabilities", "LoadOptions", "LoadedModel", "Model", "ModelInfo", "ModelLoadError",
+           "connects", "get_backend", "installed", "is_gguf_source", "resolve_name"]
 
-BACKENDS = {"mlx": ("backends.mlx_backend", "MlxBackend", "mlx_lm"), "torch": ("backends.torch_backend",
-            "TorchBackend", "transformers"), "remote": ("backends.remote", "RemoteBackend", "httpx")}
+
+@dataclass(frozen=True)
+class Entry:
+    """One backend: where its class is, the modules it needs, and whether it `connects` to a server (its class
+    has `connect(...)`) rather than loading a local folder (`load(path, options)`, a `Backend`)."""
+
+    module: str
+    cls: str
+    needs: tuple[str, ...]
+    connects: bool = False
+
+
+BACKENDS = {"mlx": Entry("backends.mlx_backend", "MlxBackend", ("mlx", "mlx_lm")),
+            "torch": Entry("backends.torch_backend", "TorchBackend", ("torch", "transformers")),
+            "remote": Entry("backends.remote", "RemoteBackend", ("httpx",), connects=True)}  # only an HTTP client
 INSTALL_HINT = {"mlx": 'pip install "logitlab[mlx]"', "torch": 'pip install "logitlab[torch]"',
                 "remote": "pip install httpx"}
 
 
 def installed(name: str) -> bool:
-    if name == "remote":  # an OpenAI-compatible server: only an HTTP client here
-        return importlib.util.find_spec("httpx") is not None
-    if name == "torch":
-        return all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers"))
-    return all(importlib.util.find_spec(m) is not None for m in ("mlx", "mlx_lm"))
+    return all(importlib.util.find_spec(m) is not None for m in BACKENDS[name].needs)
+
+
+def connects(name: str) -> bool:
+    """Whether the backend `name` connects to a server (given a base URL) instead of loading a folder."""
+    return name in BACKENDS and BACKENDS[name].connects
 
 
 def apple_silicon() -> bool:
@@ -62,6 +78,8 @@ def resolve_name(name: str, source: str | os.PathLike[str] = "", apple: bool | N
 
 
 def get_backend(name: str = "auto", source: str | os.PathLike[str] = "") -> Backend:
-    """The backend for the model `source` (a .gguf file: torch, under "auto")."""
-    module, cls, _ = BACKENDS[resolve_name(name, source)]
-    return getattr(importlib.import_module(module), cls)()
+    """The backend that loads the model folder or file `source` (a .gguf file: torch, under "auto")."""
+    entry = BACKENDS[resolve_name(name, source)]
+    if entry.connects:
+        raise ModelLoadError(f"the {name} backend connects to a server: give a base URL and a model name")
+    return getattr(importlib.import_module(entry.module), entry.cls)()

@@ -1,8 +1,11 @@
 """The backend interface: what every framework implementation offers the generation core.
 
-A `Backend` loads a local Hugging Face-format folder into a `LoadedModel`: a tokenizer, a `ModelInfo`, KV
-caches that can be trimmed to a prefix and forked into rows, a batched `forward`, and the array-ops shim the
-sampler runs on. Resolving hub ids, caches and downloads is the core's job; this package never imports `app`.
+Every opened model is a `Model`: a tokenizer, a `ModelInfo` and the `Capabilities` it declares, which the core
+reads instead of asking what kind of model it has. A `Backend` loads a local Hugging Face-format folder into a
+`LoadedModel`, a `Model` with a local forward pass: KV caches that can be trimmed to a prefix and forked into
+rows, a batched `forward`, and the array-ops shim the sampler runs on. A server's model (`backends.remote`) is
+a `Model` without one: it samples by itself and reports what it drew. Resolving hub ids, caches and downloads
+is the core's job; this package never imports `app`.
 """
 
 from __future__ import annotations
@@ -87,8 +90,34 @@ class Tokenizer(Protocol):
     def stream(self) -> StreamDecoder: ...
 
 
-class LoadedModel(Protocol):
-    """A loaded model and its caches. Everything runs on the thread that loaded it.
+@dataclass(frozen=True)
+class Capabilities:
+    """What a model can do, declared by its class: the generator and the views read these, never its kind."""
+
+    forward: bool  # a local forward pass over KV caches (a `LoadedModel`); else it samples by itself (a server)
+    trim_fork: bool  # its caches are trimmed to a prefix (reused by the next run) and forked into rows (n > 1)
+    resample: bool  # its steps record raw logits, so a step is re-sampled under new settings exactly
+    tokenize: bool  # its tokenizer encodes here (token counts, token-id prompts, a prompt's surprisal)
+    reported_top_n: int | None = None  # no local forward: the most candidates a step reports (None: not known)
+
+
+LOCAL = Capabilities(forward=True, trim_fork=True, resample=True, tokenize=True)
+SERVER = Capabilities(forward=False, trim_fork=False, resample=False, tokenize=False)
+
+
+class Model(Protocol):
+    """What every opened model offers, local or on a server."""
+
+    tokenizer: Tokenizer
+    info: ModelInfo
+
+    @property
+    def capabilities(self) -> Capabilities: ...
+    def close(self) -> None: ...
+
+
+class LoadedModel(Model, Protocol):
+    """A loaded model and its caches (`capabilities.forward`). Everything runs on the thread that loaded it.
 
     A cache holds B rows of equal length (the batch size is set by the first `forward` into it; feeding it
     another batch size is a ValueError). `forward` takes tokens of shape (B, T): a nested list, a numpy integer
@@ -98,8 +127,6 @@ class LoadedModel(Protocol):
     asynchronous frameworks return before the logits are computed.
     """
 
-    tokenizer: Tokenizer
-    info: ModelInfo
     ops: Any  # the ArrayOps of this framework
 
     def new_cache(self) -> Any: ...  # empty, batch size not yet set
@@ -108,16 +135,16 @@ class LoadedModel(Protocol):
     def trim(self, cache: Any, n: int) -> None: ...  # drop the last n positions of every row, in place
     def fork(self, cache: Any, n: int) -> Any: ...  # a new cache: n copies of a batch-1 cache, which stays usable
     def cache_bytes(self, cache: Any) -> int: ...
-    def close(self) -> None: ...
 
 
 class Backend(Protocol):
+    """A framework that loads a local folder. (A server's backend `connect`s instead: see `backends.BACKENDS`.)"""
+
     name: str
     # The thread that ran this framework must never exit (the model thread parks it instead): with mlx 0.32.4 a
     # thread that ran MLX sometimes aborts the process as it exits.
     park_thread_on_exit: bool
 
-    def available(self) -> bool: ...
     def load(self, path: Path, options: LoadOptions) -> LoadedModel: ...
 
 

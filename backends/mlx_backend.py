@@ -16,7 +16,16 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from backends.base import LoadOptions, ModelInfo, ModelLoadError, Positions, check_fork, check_forward, check_rows
+from backends.base import (
+    LOCAL,
+    LoadOptions,
+    ModelInfo,
+    ModelLoadError,
+    Positions,
+    check_fork,
+    check_forward,
+    check_rows,
+)
 from backends.checks import ConfigShape, check_folder
 from backends.gguf import is_gguf
 from backends.hf_tokenizer import HFTokenizer, load_tokenizer
@@ -116,6 +125,8 @@ class MlxOps:
 
 
 class MlxModel:
+    capabilities = LOCAL
+
     def __init__(self, model: nn.Module, tokenizer: HFTokenizer, info: ModelInfo) -> None:
         self.model, self.tokenizer, self.info = model, tokenizer, info
         # A stream of our own, as mlx-lm's generation_stream: async_eval then overlaps with Python's work
@@ -170,9 +181,6 @@ class MlxModel:
 class MlxBackend:
     name = "mlx"
     park_thread_on_exit = True  # mlx 0.32.4: a thread that ran MLX sometimes aborts the process as it exits
-
-    def available(self) -> bool:
-        return True
 
     def load(self, path: Path, options: LoadOptions) -> MlxModel:
         from mlx_lm.utils import load_model

@@ -19,11 +19,10 @@ import json
 import re
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from backends.base import LoadOptions, ModelInfo, Positions
+from backends.base import SERVER, Capabilities, ModelInfo
 from backends.remote_http import (
     DEADLINE_S,
     EVENT_TIMEOUT_S,
@@ -76,11 +75,10 @@ class _Negotiated:
 
 
 class RemoteModel:
-    """A model on a server. `complete` may run from several threads at once (concurrent samples)."""
+    """A model on a server: a `Model` with no local forward pass (it samples by itself and reports its top
+    log-probabilities). `complete` may run from several threads at once (concurrent samples)."""
 
-    remote = True
     dialect: Any = None  # the server's dialect (app.core.server_request), set by whoever recognised the server
-    ops = None
 
     def __init__(self, base_url: str, model: str, api_key: str | None = None, timeout: float = TIMEOUT_S, *,
                  deadline: float | None = None, event_timeout: float | None = None,
@@ -120,6 +118,11 @@ class RemoteModel:
 
     def __repr__(self) -> str:
         return f"RemoteModel({self.model!r} at {where(self.base_url)})"
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """A server's: it reports as many candidates a step as it accepts (learnt from its refusals)."""
+        return replace(SERVER, reported_top_n=self._learnt.max_top)
 
     @property
     def streams_logprobs(self) -> bool | None:
@@ -307,19 +310,6 @@ class RemoteModel:
                 raise too_big
         return bytes(buf)
 
-    # the LoadedModel surface: a server has no local forward pass ------------------------------------------
-    def new_cache(self) -> Any:
-        raise RemoteError("a model on a server has no local forward pass (no KV cache, no logits over a prompt)")
-
-    def forward(self, tokens: Any, cache: Any, positions: Positions = "last") -> Any:
-        return self.new_cache()
-
-    def cache_len(self, cache: Any) -> int:
-        return 0
-
-    def cache_bytes(self, cache: Any) -> int:
-        return 0
-
     def close(self) -> None:
         self._client.close()
 
@@ -421,18 +411,10 @@ class RemoteTokenizer:
 
 
 class RemoteBackend:
-    """`connect` to a server; `load` (a local folder) does not apply."""
+    """A server's backend: it `connect`s to a base URL (it loads no folder; `backends.BACKENDS` declares so)."""
 
     name = "remote"
     park_thread_on_exit = False
-
-    def available(self) -> bool:
-        import importlib.util
-
-        return importlib.util.find_spec("httpx") is not None
-
-    def load(self, path: Path, options: LoadOptions) -> RemoteModel:
-        raise RemoteError("the remote backend connects to a server: give a base URL and a model name")
 
     def connect(self, base_url: str, model: str, api_key: str | None = None, timeout: float = TIMEOUT_S,
                 **limits: Any) -> RemoteModel:

@@ -16,7 +16,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from backends.base import LoadOptions, ModelInfo, ModelLoadError, Positions, check_fork, check_forward, check_rows
+from backends.base import (
+    LOCAL,
+    LoadOptions,
+    ModelInfo,
+    ModelLoadError,
+    Positions,
+    check_fork,
+    check_forward,
+    check_rows,
+)
 from backends.checks import ConfigShape, check_folder
 from backends.gguf import check_gguf, is_gguf
 from backends.hf_tokenizer import HFTokenizer, load_tokenizer
@@ -148,6 +157,8 @@ class TorchModel:
     per-call cost is a fraction of torch's, and the numbers are the same (tests hold both to the reference).
     """
 
+    capabilities = LOCAL
+
     def __init__(self, model: Any, tokenizer: HFTokenizer, info: ModelInfo, device: torch.device,
                  options: LoadOptions) -> None:
         self.model, self.tokenizer, self.info, self.device = model, tokenizer, info, device
@@ -212,9 +223,6 @@ class TorchModel:
 class TorchBackend:
     name = "torch"
     park_thread_on_exit = False
-
-    def available(self) -> bool:
-        return True
 
     def load(self, path: Path, options: LoadOptions) -> TorchModel:
         from transformers.utils import logging as hf_logging

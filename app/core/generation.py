@@ -4,6 +4,8 @@
 decoding are other loops over the same `forward` / `trim` / `fork` and the same sampler.
 `generate(model, request, cancel, prefix)` wraps it for one request: prompt -> prefill (only what the `Prefix`
 cache does not already hold) -> decode of `request.n` samples in one batch -> events, one per token per sample.
+It reads the model's `capabilities`: a model without a local forward pass (a server) samples by itself, and its
+run is `remote_run`'s, with the same events.
 It checks `cancel` before every step and between prefill chunks. Stops on EOS, stop strings (which may span
 tokens and are never shown), max tokens, the context length, or cancel. Text is detokenized as a stream: no
 half characters, no dropped bytes. It does not own threads or the model's lifetime: `model_thread` does.
@@ -15,18 +17,21 @@ import secrets
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from app.core.events import Event, Finished, FinishReason, Message, Prefilled, Request, Step
-from app.core.metrics import Clock
+from app.core.metrics import Clock, Metrics
 from app.core.prefill import chunks as prefill_chunks
+from app.core.remote_run import run_remote
 from app.core.sampling import History, Sample, start_sample
 from app.core.settings import MAX_SEED, SamplerSettings
+from app.core.stops import StopHold
 from app.core.trace import RunTrace, StepTrace
-from backends.base import LoadedModel, StreamDecoder, Tokenizer
+from backends.base import LoadedModel, Model, StreamDecoder, Tokenizer
 from backends.ops import ArrayOps
+from backends.remote import RemoteModel
 
 
 class PromptError(ValueError):
@@ -57,56 +62,6 @@ def build_prompt(tok: Tokenizer, request: Request, context_length: int = 0) -> t
     if context_length and len(ids) >= context_length:
         raise PromptError(f"the prompt is {len(ids)} tokens; this model's context holds {context_length}")
     return ids, text
-
-
-class StopHold:
-    """Holds back the steps whose text could be the start of a stop string, and trims a stop string found."""
-
-    def __init__(self, stops: Sequence[str]) -> None:
-        self.stops = [s for s in stops if s]
-        self.text = ""
-        self.pending: list[list[Any]] = []  # [start offset, piece, payload]
-
-    def push(self, piece: str, payload: Any, partial: bool = False) -> tuple[list[tuple[str, Any]], bool]:
-        """Add one token's text; returns the (piece, payload) pairs now safe to show and whether a stop hit."""
-        start = len(self.text)
-        self.text += piece
-        self.pending.append([start, piece, payload])
-        hit = self._find_stop(start)
-        if hit is not None:
-            out = [(p[: hit - s], pl) for s, p, pl in self.pending if s < hit or (s == hit == 0 and not p)]
-            self.pending, self.text = [], self.text[:hit]
-            return out, True
-        boundary = len(self.text) - self._held_suffix()
-        n = 0
-        while n < len(self.pending) and self.pending[n][0] + len(self.pending[n][1]) <= boundary:
-            n += 1
-        if partial:
-            n = min(n, len(self.pending) - 1)  # a half character belongs with the token that completes it
-        out = [(p, pl) for _, p, pl in self.pending[:n]]
-        del self.pending[:n]
-        return out, False
-
-    def finish(self, tail: str = "") -> list[tuple[str, Any]]:
-        if tail and self.pending:
-            self.pending[-1][1] += tail
-        out = [(p, pl) for _, p, pl in self.pending]
-        self.pending = []
-        return out
-
-    def _find_stop(self, start: int) -> int | None:
-        hits = [self.text.find(s, max(0, start - len(s) + 1)) for s in self.stops]
-        hits = [h for h in hits if h >= 0]
-        return min(hits) if hits else None
-
-    def _held_suffix(self) -> int:
-        best = 0
-        for s in self.stops:
-            for k in range(min(len(s) - 1, len(self.text)), best, -1):
-                if self.text.endswith(s[:k]):
-                    best = k
-                    break
-        return best
 
 
 @dataclass
@@ -176,7 +131,7 @@ class Prefix:
         logits are needed), and that prefix's length."""
         cache, held, self.cache, self.ids = self.cache, self.ids, None, []
         n = min(common_prefix(held, ids), len(ids) - 1)
-        if cache is None or n <= 0:
+        if cache is None or n <= 0 or not model.capabilities.trim_fork:
             return model.new_cache(), 0
         model.trim(cache, model.cache_len(cache) - n)
         return cache, n
@@ -212,76 +167,143 @@ class _Run:
     reason: FinishReason | None = None
 
 
-def generate(model: LoadedModel, request: Request, cancel: threading.Event,
+def generate(model: Model, request: Request, cancel: threading.Event,
              prefix: Prefix | None = None) -> Iterator[Event]:
-    """A branch (`request.inherited`) starts after its parent's first k steps: they are prefilled (mostly from
-    the `Prefix` cache), taken into its trace and re-sent as its first Step events, and its draws continue the
+    """The events of one request, by what the model declares: a model with a local forward pass is prefilled and
+    decoded here (reusing `prefix`'s cache); one that samples by itself (a server) streams what it reports.
+
+    A branch (`request.inherited`) starts after its parent's first k steps: they are prefilled (mostly from the
+    `Prefix` cache), taken into its trace and re-sent as its first Step events, and its draws continue the
     seed's sequence at step k (the same uniform per step as its parent); `request.force` is taken at step k."""
-    if getattr(model, "remote", False):  # a server samples by itself: app/core/remote_run.py
-        from app.core.remote_run import run_remote
-        return (yield from run_remote(model, request, cancel))  # type: ignore[arg-type]
+    if not model.capabilities.forward:
+        return run_remote(cast(RemoteModel, model), request, cancel)
+    return _generate(cast(LoadedModel, model), request, cancel, prefix if prefix is not None else Prefix())
+
+
+def _generate(model: LoadedModel, request: Request, cancel: threading.Event, prefix: Prefix) -> Iterator[Event]:
     clock = Clock()
-    ids, text = build_prompt(model.tokenizer, request, model.info.context_length)
-    inherited = list(request.inherited)
-    context = ids + [st.token_id for st in inherited]  # what the model has seen before the first new step
-    ctx = model.info.context_length or 0
-    if ctx and len(context) >= ctx:
-        raise PromptError(f"the prompt and the branch's first {len(inherited)} tokens are {len(context)} tokens; "
-                          f"this model's context holds {ctx}")
-    s = request.settings
-    seed = s.seed if s.seed is not None else secrets.randbelow(MAX_SEED + 1)
-    prefix = prefix if prefix is not None else Prefix()
+    ids, text, context = _checked_prompt(model, request)
+    seed = _seed(request.settings)
     cache, reused = prefix.take(model, context)
+    logits = _prefill(model, cache, context, reused, cancel)
+    if logits is None:  # cancelled between chunks: the cache keeps what was computed
+        prefix.keep(model, cache, context)
+        yield from _cancelled_in_prefill(request, clock.metrics(len(context), 0), reused)
+        return
+    yield Prefilled(request.id, tuple(ids), text, seed, clock.prefilled(), reused)
+    batch = _start_batch(model, request, ids, text, seed, cache, clock, context, int(logits.shape[-1]))
+    yield from _replay(batch)
+    last = _last_step(request.settings.max_tokens, len(ids), model.info.context_length)
+    yield from _decode_all(batch, logits, last - len(request.inherited), cancel)
+    prefix.keep(model, cache, ids + batch.runs[0].drawn if request.n == 1 else context)  # n > 1: the shared cache
+    yield from _finish(batch, last, len(context), reused)
+
+
+def _checked_prompt(model: LoadedModel, request: Request) -> tuple[list[int], str, list[int]]:
+    """The prompt's ids and text, and the context the model sees before the first new step (the prompt and a
+    branch's inherited tokens); a PromptError where they do not fit the model's context."""
+    ids, text = build_prompt(model.tokenizer, request, model.info.context_length)
+    context = ids + [st.token_id for st in request.inherited]
+    ctx = model.info.context_length
+    if ctx and len(context) >= ctx:
+        raise PromptError(f"the prompt and the branch's first {len(request.inherited)} tokens are {len(context)} "
+                          f"tokens; this model's context holds {ctx}")
+    return ids, text, context
+
+
+def _seed(settings: SamplerSettings) -> int:
+    """The run's seed: the one set, else a new one (reported, so that the run can be repeated)."""
+    return settings.seed if settings.seed is not None else secrets.randbelow(MAX_SEED + 1)
+
+
+def _prefill(model: LoadedModel, cache: Any, context: list[int], reused: int, cancel: threading.Event) -> Any:
+    """The last position's logits (1, V) once `context` after its first `reused` tokens is in `cache`, in chunks
+    sized by time, so that a cancel waits at most ~one chunk; None if cancelled."""
     logits = None
-    for i, j in prefill_chunks(reused, len(context)):  # sized by time: a cancel waits at most ~one chunk
+    for i, j in prefill_chunks(reused, len(context)):
         if cancel.is_set():
-            prefix.keep(model, cache, context)
-            for rid in request.run_ids:
-                yield Finished(request.id, "cancelled", replace(clock.metrics(len(context), 0), reused_tokens=reused),
-                               None, rid)
-            return
+            return None
         logits = model.forward([context[i:j]], cache)
         model.ops.sync([logits])  # computed now, not when a lazy framework (MLX) gets to it: timed, cancellable
-    model.ops.sync([logits])  # lazy frameworks (MLX) compute here: the prefill time is the prefill's
-    yield Prefilled(request.id, tuple(ids), text, seed, clock.prefilled(), reused)
+    return logits
 
+
+def _cancelled_in_prefill(request: Request, metrics: Metrics, reused: int) -> Iterator[Finished]:
+    for rid in request.run_ids:
+        yield Finished(request.id, "cancelled", replace(metrics, reused_tokens=reused), None, rid)
+
+
+def _last_step(max_tokens: int, prompt_len: int, context_length: int) -> int:
+    """How many steps a sample may take: max_tokens, unless the model's context fills up first."""
+    return max(0, min(max_tokens, context_length - prompt_len) if context_length else max_tokens)
+
+
+@dataclass
+class _Batch:
+    """A request's samples as they decode: each one's text side (`_Run`) and draws (`Row`), and their cache."""
+
+    model: LoadedModel
+    request: Request
+    runs: list[_Run]
+    rows: list[Row]
+    cache: Any  # (n, positions): the prompt's cache forked into rows when n > 1
+    eos: frozenset[int]
+    texts: dict[int, str] = field(default_factory=dict)  # token id -> display text, shared by every step
+
+
+def _start_batch(model: LoadedModel, request: Request, ids: list[int], text: str, seed: int, cache: Any,
+                 clock: Clock, context: list[int], vocab: int) -> _Batch:
+    """Sample i draws with seed + i; with n > 1 the prompt's cache is forked, and stays reusable itself."""
     runs = [_new_run(model, request, ids, text, (seed + i) % (MAX_SEED + 1), rid, i, clock)
             for i, rid in enumerate(request.run_ids)]
-    batch = model.fork(cache, request.n) if request.n > 1 else cache  # the prompt's own cache stays reusable
-    rows = [_new_row(model, request, run, context, int(logits.shape[-1])) for run in runs]
+    batch = model.fork(cache, request.n) if request.n > 1 else cache
+    rows = [_new_row(model, request, run, context, vocab) for run in runs]
     eos = frozenset() if request.ignore_eos else model.tokenizer.eos_ids
-    last = max(0, min(s.max_tokens, ctx - len(ids)) if ctx else s.max_tokens)  # the context may fill up first
-    texts: dict[int, str] = {}  # token id -> display text, shared by every step of the request
-    for run in runs:
-        yield from (Step(request.id, st.step, st.token_id, st.text, st, 0, run.id, run.sequence) for st in inherited)
-        if inherited and inherited[-1].token_id in eos:
-            run.reason = "eos"
-    for row, run in zip(rows, runs, strict=True):
-        row.done = run.reason is not None
-    for outs in decode(model, logits, batch, s, rows, steps=last - len(inherited), top_n=request.top_n,
+    return _Batch(model, request, runs, rows, batch, eos)
+
+
+def _replay(b: _Batch) -> Iterator[Step]:
+    """A branch's inherited steps, re-sent as each sample's first steps; one that ended in EOS ends the sample."""
+    inherited = b.request.inherited
+    for run, row in zip(b.runs, b.rows, strict=True):
+        yield from (Step(b.request.id, st.step, st.token_id, st.text, st, 0, run.id, run.sequence) for st in inherited)
+        if inherited and inherited[-1].token_id in b.eos:
+            run.reason, row.done = "eos", True
+
+
+def _decode_all(b: _Batch, logits: Any, steps: int, cancel: threading.Event) -> Iterator[Step]:
+    """Up to `steps` draws per sample; a sample stops at EOS or a stop string, all of them on cancel."""
+    request = b.request
+    for outs in decode(b.model, logits, b.cache, request.settings, b.rows, steps=steps, top_n=request.top_n,
                        record=request.record, cancel=cancel):
-        for run, row, out in zip(runs, rows, outs, strict=True):
-            if out is None:
-                continue
-            token = token_of(out)
-            run.drawn.append(token)
-            seconds = run.clock.token()
-            done = token in eos
-            piece = "" if done else run.decoder.add(token)
-            released, stopped = run.hold.push(piece, (len(run.drawn) - 1, out, seconds),
-                                              partial=not done and piece == "")
-            yield from _steps(model, request, run, released, batch, texts)
-            if done or stopped:
-                run.reason, row.done = ("eos" if done else "stop"), True
-    prefix.keep(model, cache, ids + runs[0].drawn if request.n == 1 else context)  # n > 1: the shared cache alone
-    kv = model.cache_bytes(batch)
-    ran_out: FinishReason = "context" if last < s.max_tokens else "length"
-    for run in runs:
+        for run, row, out in zip(b.runs, b.rows, outs, strict=True):
+            if out is not None:
+                yield from _take(b, run, row, out)
+
+
+def _take(b: _Batch, run: _Run, row: Row, out: Sample | int) -> Iterator[Step]:
+    """One drawn token: its text (held back while it may start a stop string) and the steps now safe to show."""
+    token = token_of(out)
+    run.drawn.append(token)
+    seconds = run.clock.token()
+    done = token in b.eos
+    piece = "" if done else run.decoder.add(token)
+    released, stopped = run.hold.push(piece, (len(run.drawn) - 1, out, seconds), partial=not done and piece == "")
+    yield from _steps(b, run, released)
+    if done or stopped:
+        run.reason, row.done = ("eos" if done else "stop"), True
+
+
+def _finish(b: _Batch, last: int, context_len: int, reused: int) -> Iterator[Step | Finished]:
+    """Each sample's held-back text, then its end: why it stopped, its metrics and its trace."""
+    kv = b.model.cache_bytes(b.cache)
+    ran_out: FinishReason = "context" if last < b.request.settings.max_tokens else "length"
+    for run in b.runs:
         reason = run.reason or ("cancelled" if len(run.drawn) < last else ran_out)
-        yield from _steps(model, request, run, run.hold.finish(run.decoder.flush()), batch, texts)
-        metrics = replace(run.clock.metrics(len(context), kv), reused_tokens=reused)
+        yield from _steps(b, run, run.hold.finish(run.decoder.flush()))
+        metrics = replace(run.clock.metrics(context_len, kv), reused_tokens=reused)
         run.trace.finish_reason, run.trace.metrics = reason, metrics
-        yield Finished(request.id, reason, metrics, run.trace, run.id, run.sequence)
+        yield Finished(b.request.id, reason, metrics, run.trace, run.id, run.sequence)
 
 
 def _new_run(model: LoadedModel, request: Request, ids: list[int], text: str, seed: int, run_id: int,
@@ -321,17 +343,17 @@ def _fork_clock(clock: Clock) -> Clock:
     return c
 
 
-def _steps(model: LoadedModel, request: Request, run: _Run, released: list, cache: Any,
-           texts: dict[int, str]) -> Iterator[Step]:
+def _steps(b: _Batch, run: _Run, released: list) -> Iterator[Step]:
     if not released:
         return
-    kv = model.cache_bytes(cache)
+    kv = b.model.cache_bytes(b.cache)
     for piece, (step, out, seconds) in released:
         trace = None
         if isinstance(out, Sample):
-            trace = StepTrace(step, out, piece, _texts(model.tokenizer, out.top_ids[: request.top_n], texts), seconds)
+            top = out.top_ids[: b.request.top_n]
+            trace = StepTrace(step, out, piece, _texts(b.model.tokenizer, top, b.texts), seconds)
             run.trace.steps.append(trace)
-        yield Step(request.id, step, token_of(out), piece, trace, kv, run.id, run.sequence)
+        yield Step(b.request.id, step, token_of(out), piece, trace, kv, run.id, run.sequence)
 
 
 def _texts(tok: Tokenizer, ids: Any, known: dict[int, str]) -> tuple[str, ...]:

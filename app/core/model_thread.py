@@ -25,7 +25,8 @@ from app.core.remote_run import load_remote
 from app.core.sampling import NoValidTokenError
 from app.core.settings import SettingsError
 from app.core.surprisal import score
-from backends import LoadedModel, ModelLoadError, get_backend
+from backends import LoadedModel, Model, ModelLoadError, connects, get_backend
+from backends.base import Tokenizer
 
 log = logging.getLogger(__name__)
 USER_ERRORS = (ModelLoadError, PromptError, NoValidTokenError, SettingsError)
@@ -44,7 +45,7 @@ class ModelThread:
         self._jobs: queue.Queue[_Job | None] = queue.Queue()
         self._live: list[_Job] = []  # queued or running, for cancel
         self._lock = threading.Lock()
-        self._model: LoadedModel | None = None
+        self._model: Model | None = None
         self._spec: ModelSpec | None = None
         self._prefix = Prefix()
         self._park = False  # the backend used asks its thread never to exit (see Backend.park_thread_on_exit)
@@ -106,28 +107,32 @@ class ModelThread:
         model, loaded_now = self._ensure(job)
         if job.kind == "load":
             if not loaded_now:  # already loaded: say so anyway
-                self.events.put(Loaded(job.request.id, model.info, 0.0, model.tokenizer))
+                self.events.put(Loaded(job.request.id, model.info, 0.0, _shared_tokenizer(model)))
         elif job.kind == "score":
             ids, text = build_prompt(model.tokenizer, job.request, model.info.context_length)
-            result = score(model, ids, job.cancel)
+            result = score(_local(model), ids, job.cancel)
             if result is not None:
                 self.events.put(Scored(job.request.id, text, result))
         else:
             for event in generate(model, job.request, job.cancel, self._prefix):
                 self.events.put(event)
 
-    def _ensure(self, job: _Job) -> tuple[LoadedModel, bool]:
-        """The model the job asks for, and whether it was loaded just now."""
+    def _ensure(self, job: _Job) -> tuple[Model, bool]:
+        """The model the job asks for, and whether it was opened just now."""
         spec, rid = job.request.model, job.request.id
         if self._model is not None and spec == self._spec:
             return self._model, False
         self._unload()
         t0 = time.perf_counter()
         self.events.put(Loading(rid, f"Finding {spec.label}…"))
-        if spec.is_remote:  # a server: nothing to find, download or fit in memory
-            self._model, self._spec = load_remote(spec), spec
-            self.events.put(Loaded(rid, self._model.info, time.perf_counter() - t0, None))
-            return self._model, True
+        model = load_remote(spec) if connects(spec.backend) else self._load(job)
+        self._model, self._spec = model, spec
+        self.events.put(Loaded(rid, model.info, time.perf_counter() - t0, _shared_tokenizer(model)))
+        return model, True
+
+    def _load(self, job: _Job) -> LoadedModel:
+        """A local folder or file: found (downloaded if need be), checked to fit in memory, loaded."""
+        spec, rid = job.request.model, job.request.id
 
         def progress(done: int, total: int) -> None:
             self.events.put(Loading(rid, f"Downloading {spec.label}…", done, total))
@@ -137,12 +142,22 @@ class ModelThread:
         backend = get_backend(spec.backend, path)  # auto: torch for a .gguf file
         self._park |= backend.park_thread_on_exit
         self.events.put(Loading(rid, f"Loading {spec.label} with {backend.name}…"))
-        self._model, self._spec = backend.load(path, spec.options), spec
-        self.events.put(Loaded(rid, self._model.info, time.perf_counter() - t0, self._model.tokenizer))
-        return self._model, True
+        return backend.load(path, spec.options)
 
     def _unload(self) -> None:
         self._prefix.clear()
         if self._model is not None:
             self._model.close()
         self._model, self._spec = None, None
+
+
+def _shared_tokenizer(model: Model) -> Tokenizer | None:
+    """The tokenizer a `Loaded` event hands the UI: one that encodes here (a server's does not)."""
+    return model.tokenizer if model.capabilities.tokenize else None
+
+
+def _local(model: Model) -> LoadedModel:
+    """`model`, where it has a local forward pass (what a prompt's surprisal needs)."""
+    if not model.capabilities.forward:
+        raise ModelLoadError("a model on a server has no local forward pass (no KV cache, no logits over a prompt)")
+    return model  # type: ignore[return-value]  # (capabilities.forward: it is a LoadedModel)

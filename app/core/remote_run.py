@@ -27,7 +27,7 @@ from app.core.secrets import api_key
 from app.core.server_request import OPENAI, Dialect, detect, request_fields
 from app.core.settings import MAX_SEED, SamplerSettings
 from app.core.trace import RunTrace, Sample, StepTrace
-from backends.remote import End, RemoteError, RemoteModel, where
+from backends.remote import TIMEOUT_S, End, RemoteBackend, RemoteError, RemoteModel, where
 from backends.remote_tokens import Token
 
 REPORTED = "raw"  # vLLM, llama.cpp's server and mlx_lm.server report the model's log-probabilities before sampling
@@ -47,8 +47,6 @@ SERVER_NOTES = {
 
 def load_remote(spec: ModelSpec, timeout: float | None = None) -> RemoteModel:
     """Connect to the spec's server and check that it serves the model ("" or "builtin": the one it serves)."""
-    from backends.remote import TIMEOUT_S, RemoteBackend
-
     if not spec.base_url:
         raise RemoteError("the remote backend needs the server's base URL (e.g. http://127.0.0.1:8080/v1)")
     key = api_key(spec.base_url, spec.api_key_env)
@@ -164,8 +162,6 @@ def _fork_clock(clock: Clock) -> Clock:
 
 def list_models(base_url: str, api_key_env: str | None = None, timeout: float = 10.0) -> list[str]:
     """The names of the models a server serves (its /v1/models); a `RemoteError` line when it cannot say."""
-    from backends.remote import RemoteBackend
-
     if not base_url:
         raise RemoteError("give the server's base URL, e.g. http://127.0.0.1:8080/v1")
     model = RemoteBackend().connect(base_url, "", api_key(base_url, api_key_env), timeout)

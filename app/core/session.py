@@ -55,9 +55,6 @@ class Session:
     def children(self, run_id: int) -> list[Run]:
         return [r for r in self.runs.values() if r.parent is not None and r.parent[0] == run_id]
 
-    def roots(self) -> list[Run]:
-        return [r for r in self.runs.values() if r.parent is None or r.parent[0] not in self.runs]
-
     def subtree(self, run_id: int) -> list[Run]:
         """The run and every run that branched from it, transitively (the run first)."""
         run = self.runs.get(run_id)
@@ -67,12 +64,3 @@ class Session:
         for r in out:  # grows while walked: breadth first
             out.extend(self.children(r.id))
         return out
-
-    def lineage(self, run_id: int) -> list[Run]:
-        """The run's ancestors, root first, then the run."""
-        chain: list[Run] = []
-        run = self.runs.get(run_id)
-        while run is not None and run not in chain:
-            chain.append(run)
-            run = self.runs.get(run.parent[0]) if run.parent is not None else None
-        return chain[::-1]

@@ -358,7 +358,7 @@ def test_compile_says_what_it_costs():
 
 
 def test_json_never_holds_nan_or_infinity():
-    from app.cli import to_json
+    from app.arguments import to_json
 
     text = to_json({"a": float("nan"), "b": [1.5, float("-inf"), {"c": float("inf")}], "d": (2, "x")})
     assert json.loads(text) == {"a": None, "b": [1.5, None, {"c": None}], "d": [2, "x"]}
