@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from app.core.metrics import Metrics
 from app.core.models import ModelSpec
 from app.core.settings import SamplerSettings
-from app.core.surprisal import PromptScore
-from app.core.trace import RunTrace, StepTrace
-from backends.base import ModelInfo, Tokenizer
+
+if TYPE_CHECKING:
+    from app.core.surprisal import PromptScore
+    from app.core.trace import RunTrace, StepTrace
+    from backends.base import ModelInfo, Tokenizer
 
 _ids = itertools.count(1)
 FinishReason = Literal["eos", "stop", "length", "context", "cancelled", "error"]

@@ -15,9 +15,13 @@ import html
 import io
 import math
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from app.core.settings import SamplerSettings
-from app.core.trace import RunTrace, StepTrace, model_id
+
+if TYPE_CHECKING:
+    from app.core.trace import RunTrace, StepTrace
+
 
 SHADES = 20  # the output view shades a token with one of this many colours, by its probability
 ALPHA = 120  # of the shading, over 255: translucent, so text stays readable
@@ -75,6 +79,8 @@ def _about(run: RunTrace) -> list[tuple[str, str]]:
 
 
 def _title(step: StepTrace) -> str:
+    from app.core.record import model_id  # (here: record imports numpy, which the window's first paint does not)
+
     s = step.sample
     p, kind = step.drawn_prob
     shown = "not recorded" if p is None else f"{p:.4g}" + (" under the model" if kind == "model" else "")
@@ -161,6 +167,8 @@ def _exp(lp: float | None) -> float | None:
 
 def steps_csv(run: RunTrace) -> str:
     """A row per step: the drawn token, its final and raw probabilities, rank, entropies, uniform, time."""
+    from app.core.record import model_id
+
     return _csv(STEP_COLUMNS, ((st.step, model_id(st.token_id), st.text, st.prob, _log(st.prob),
                                 _exp(st.sample.raw_logprob), st.sample.raw_logprob, st.sample.rank,
                                 st.sample.entropy, st.sample.final_entropy, st.sample.u, st.seconds)
@@ -170,6 +178,8 @@ def steps_csv(run: RunTrace) -> str:
 def candidates_csv(run: RunTrace) -> str:
     """A row per recorded candidate of every step (top-N by raw probability): raw and final probability, the
     stage that cut it, and whether it was the token drawn."""
+    from app.core.record import model_id
+
     def rows() -> Iterable[tuple[object, ...]]:
         for st in run.steps:
             s = st.sample

@@ -11,8 +11,6 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 
-import numpy as np
-
 
 def rate(tokens: int | None, seconds: float | None) -> float | None:
     """Tokens per second; None when there is nothing to measure (no tokens, no time, or either not known)."""
@@ -101,6 +99,8 @@ class Clock:
 
     def metrics(self, prompt_tokens: int | None, kv_bytes: int | None) -> Metrics:
         """The figures so far; None for what this run could not measure (no token yet, one token: no interval)."""
+        import numpy as np  # (not at import: the window's first paint needs this module, not numpy)
+
         t = self.token_times
         itl = np.diff(t)
         return Metrics(

@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from app.core.files import check_header, parse_json, write_atomic
-from app.core.settings import SamplerSettings, SettingsError, StageOrder
-from app.core.trace_file import read_settings
+from app.core.settings import SamplerSettings, SettingsError, StageOrder, read_settings
 
 FORMAT = "logitlab-presets"
 VERSION = 1

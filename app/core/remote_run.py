@@ -1,9 +1,9 @@
 """A run on an OpenAI-compatible server: the same events as `generation.generate` (Prefilled, one Step per token
 with a partial record, Finished with a RunTrace), made from the server's stream of tokens and log-probabilities.
 
-The server samples. It gets the settings it can take (`server_params`); `SERVER_NOTES` says which it ignores or
-cannot express, for the sampler panel to show. Each step records what the server reported (`Sample.partial`:
-its top log-probabilities, stages not observed). N samples run as concurrent requests, at most
+The server samples. It gets the settings it can take (`server_params`); `server_request.SERVER_NOTES` says which
+it ignores or cannot express, for the sampler panel to show. Each step records what the server reported
+(`Sample.partial`: its top log-probabilities, stages not observed). N samples run as concurrent requests, at most
 `ModelSpec.concurrency` at once. Stop closes the streams within one token. An error ends the run with reason
 "error", its tokens kept, and says why in `Finished.message`. A branch sends its prefix (inherited steps, forced
 token) as the prompt. No threads outlive a run's need: each request's reader is a daemon thread that exits on
@@ -32,17 +32,6 @@ from backends.remote_tokens import Token
 
 REPORTED = "raw"  # vLLM, llama.cpp's server and mlx_lm.server report the model's log-probabilities before sampling
 POLL_S = 0.05  # how often the run checks Stop while waiting for a token
-
-SERVER_NOTES = {
-    "top_k": "sent to vLLM, llama.cpp and mlx_lm.server, off included (0; vLLM: -1); a server not recognised gets "
-             "it only when on (OpenAI's own API refuses it)",
-    "min_p": "sent to vLLM, llama.cpp and mlx_lm.server, off included; a server not recognised gets it only when on",
-    "repetition_penalty": "sent as repetition_penalty (llama.cpp: repeat_penalty), 1 included; servers differ in "
-                          "which tokens it counts (llama.cpp: the last 64 generated, mlx_lm.server: the last 20)",
-    "order": "not sent: the server applies its stages in its own order (mlx_lm, llama.cpp: temperature last; "
-             "vLLM: temperature first)",
-    "seed": "sent: the server draws its own random numbers, so a seed repeats a server's run, not a local one",
-}
 
 
 def load_remote(spec: ModelSpec, timeout: float | None = None) -> RemoteModel:

@@ -19,6 +19,16 @@ from app.core.settings import SamplerSettings
 STANDARD = {"temperature": "temperature", "top_p": "top_p", "frequency_penalty": "frequency_penalty",
             "presence_penalty": "presence_penalty"}  # OpenAI's own sampling fields
 EXTENSIONS = {"top_k": "top_k", "min_p": "min_p", "repetition_penalty": "repetition_penalty"}
+SERVER_NOTES = {
+    "top_k": "sent to vLLM, llama.cpp and mlx_lm.server, off included (0; vLLM: -1); a server not recognised gets "
+             "it only when on (OpenAI's own API refuses it)",
+    "min_p": "sent to vLLM, llama.cpp and mlx_lm.server, off included; a server not recognised gets it only when on",
+    "repetition_penalty": "sent as repetition_penalty (llama.cpp: repeat_penalty), 1 included; servers differ in "
+                          "which tokens it counts (llama.cpp: the last 64 generated, mlx_lm.server: the last 20)",
+    "order": "not sent: the server applies its stages in its own order (mlx_lm, llama.cpp: temperature last; "
+             "vLLM: temperature first)",
+    "seed": "sent: the server draws its own random numbers, so a seed repeats a server's run, not a local one",
+}
 
 
 @dataclass(frozen=True)

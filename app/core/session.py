@@ -8,9 +8,12 @@ and the finished trace. No Qt, no models.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from app.core.events import Finished, Prefilled, Request
-from app.core.trace import RunTrace, StepTrace
+
+if TYPE_CHECKING:
+    from app.core.trace import RunTrace, StepTrace
 
 
 @dataclass

@@ -12,18 +12,17 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from app.core import trace as traces  # (`trace` names a run's trace here)
-from app.core import trace_file
 from app.core.events import Finished, Message, Prefilled, Request
 from app.core.files import brief, check_header, is_a, parse_json, read_field, whole, write_lines
 from app.core.metrics import Metrics
 from app.core.models import BUILTIN_NAME, ModelSpec
 from app.core.session import Run, Session
-from app.core.settings import SamplerSettings
-from app.core.trace import RunTrace
-from app.core.trace_file import TraceFormatError
+from app.core.settings import SamplerSettings, read_settings
+
+if TYPE_CHECKING:
+    from app.core.trace import RunTrace
 
 FORMAT = "logitlab-session"
 VERSION = 1
@@ -93,6 +92,8 @@ class EncodedTraces:
         return trace.run_id, trace.parent, id(trace.steps)
 
     def lines(self, trace: RunTrace) -> list[str]:
+        from app.core import trace as traces  # (numpy's, as below: not before the window's first paint)
+
         hit = self._lines.get(self._key(trace))
         if hit is None or hit[0] is not trace.steps or hit[1] != len(trace.steps):
             hit = trace.steps, len(trace.steps), [_dumps(obj) for obj in traces.to_lines(trace)]
@@ -117,6 +118,8 @@ def load(path: str | os.PathLike) -> SavedSession:
 
 def load_header(path: str | os.PathLike) -> SavedSession:
     """The session's header alone (prompt, messages, settings, model; no runs): quick, to describe a file."""
+    from app.core import trace_file
+
     path = Path(path)
     with path.open("rb") as f:
         head = _line([f.readline()], 0, str(path))
@@ -125,6 +128,8 @@ def load_header(path: str | os.PathLike) -> SavedSession:
 
 def from_lines(lines: Sequence[str | bytes], name: str = "<session>") -> SavedSession:
     """The session in `lines` (a file's lines, UTF-8 bytes or text); `name` names it in error messages."""
+    from app.core import trace_file
+
     if not lines:
         raise SessionFormatError(f"{name}:1: empty file, not a Logit Lab session")
     head = _line(lines, 0, name)
@@ -211,7 +216,7 @@ def _header_fields(obj: dict[str, Any]) -> tuple[SavedSession, int]:
     doc = SavedSession(prompt=read_field(obj, "prompt", is_a(str), "text"),
                        messages=tuple(_message(m, i) for i, m in enumerate(messages)),
                        chat=read_field(obj, "chat", is_a(bool), "true or false"),
-                       settings=trace_file.read_settings(read_field(obj, "settings", is_a(dict), "an object")),
+                       settings=read_settings(read_field(obj, "settings", is_a(dict), "an object")),
                        model=read_field(model, "source", is_a(str), "text", where="model."),
                        backend=read_field(model, "backend", is_a(str), "text", where="model."),
                        shown=read_field(obj, "shown", whole, "a whole number", null=True),
@@ -237,6 +242,9 @@ def _run(lines: Sequence[str | bytes], i: int, name: str) -> tuple[SavedRun, int
 
 def _trace(lines: Iterable[str | bytes], name: str, first: int) -> RunTrace:
     """A trace whose first line is line `first` (1-based) of the file: errors name the file's line."""
+    from app.core import trace as traces  # (`trace` names a run's trace here)
+    from app.core.trace_file import TraceFormatError
+
     try:
         return traces.from_lines(lines, name)
     except TraceFormatError as e:

@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from enum import Enum
 from typing import Any
 
+from app.core.files import read_field
+
 
 class StageOrder(str, Enum):
     """Where temperature sits relative to the filters (top-k, top-p, min-p)."""
@@ -138,3 +140,20 @@ def _check_range(f: Field, value: Any) -> None:
         kind = "an integer" if f.integer else "a number"
         off = {"top_k": " (0 = off)"}.get(f.name, "")
         raise SettingsError(f"{f.name} must be {kind} from {f.lo:g} to {f.hi:g}{off}, got {value!r}")
+
+
+def read_settings(value: dict[str, Any], key: str = "settings") -> SamplerSettings:
+    """Sampler settings as a file holds them (`SamplerSettings.to_dict`): each field's JSON type checked here, its
+    range by `SamplerSettings` (whose message names it); `key` names the object in messages."""
+    for name in value.keys() & SETTING_FIELDS:
+        check, kind = _SETTING_KINDS.get(name, (lambda v: isinstance(v, (int, float)), "a number"))
+        read_field(value, name, check, kind, null=name == "seed", where=f"{key}.")
+    try:
+        return SamplerSettings.from_dict(value)
+    except ValueError as e:  # SettingsError names the setting and its range
+        raise ValueError(f"{key}: {e}") from None
+
+
+SETTING_FIELDS = {f.name for f in fields(SamplerSettings)}
+_SETTING_KINDS = {"stop": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of text"),
+                  "order": (lambda v: v in [o.value for o in StageOrder], " or ".join(o.value for o in StageOrder))}

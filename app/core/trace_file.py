@@ -19,7 +19,7 @@ import numpy as np
 from app.core.files import brief, check_header, is_a, parse_json, read_field, whole
 from app.core.metrics import Metrics
 from app.core.record import SCALARS, Sample, StepTrace, json_floats
-from app.core.settings import SamplerSettings, StageOrder
+from app.core.settings import read_settings
 
 FORMAT = "logitlab-trace"
 VERSION = 1
@@ -92,23 +92,6 @@ def _header(obj: dict[str, Any]) -> dict[str, Any]:
             "parent": tuple(parent) if parent is not None else None, "model": model,
             "prompt_text": read_field(obj, "prompt_text", is_a(str), "text", default=""),
             "branch": read_field(obj, "branch", is_a(str), "text", null=True, default="") or ""}
-
-
-def read_settings(value: dict[str, Any], key: str = "settings") -> SamplerSettings:
-    """Sampler settings as a file holds them (`SamplerSettings.to_dict`): each field's JSON type checked here, its
-    range by `SamplerSettings` (whose message names it); `key` names the object in messages."""
-    for name in value.keys() & SETTING_FIELDS:
-        check, kind = _SETTING_KINDS.get(name, (lambda v: isinstance(v, (int, float)), "a number"))
-        read_field(value, name, check, kind, null=name == "seed", where=f"{key}.")
-    try:
-        return SamplerSettings.from_dict(value)
-    except ValueError as e:  # SettingsError names the setting and its range
-        raise ValueError(f"{key}: {e}") from None
-
-
-SETTING_FIELDS = {f.name for f in fields(SamplerSettings)}
-_SETTING_KINDS = {"stop": (lambda v: _list_of(v, is_a(str)), "a list of text"),
-                  "order": (lambda v: v in [o.value for o in StageOrder], " or ".join(o.value for o in StageOrder))}
 
 
 def _footer(held: int, obj: dict[str, Any]) -> dict[str, Any]:

@@ -23,7 +23,6 @@ from PySide6.QtWidgets import (
 
 from app.core.codegen import CodeRequest, Snippet, snippets
 from app.core.events import Message
-from app.core.generation import PromptError, prompt_tokens
 from app.core.settings import SamplerSettings
 from backends.base import Tokenizer
 
@@ -34,6 +33,8 @@ INTRO = ("The sampler settings and the prompt, as code for other engines. Commen
 def code_request(settings: SamplerSettings, prompt: str, messages: Sequence[Message] | None, source: str,
                  tokenizer: Tokenizer | None) -> CodeRequest:
     """What the dialog shows code for; in chat mode the prompt as the model sees it, when a model is loaded."""
+    from app.core.generation import PromptError, prompt_tokens  # (numpy's: not before the window's first paint)
+
     rendered = None
     if messages is not None and tokenizer is not None:
         try:

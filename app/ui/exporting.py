@@ -20,10 +20,10 @@ from PySide6.QtWidgets import QFileDialog, QMenu, QWidget
 
 from app.core import export
 from app.core.files import write_atomic
-from app.core.trace import RunTrace
 from app.ui.chart_host import ChartHost
 
 if TYPE_CHECKING:
+    from app.core.trace import RunTrace
     from app.ui.playground import Playground
 
 PNG_SCALE = 2  # pixels per screen pixel: a crisp picture for slides and papers

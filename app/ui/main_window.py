@@ -5,8 +5,10 @@ which messages go to the banner.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from PySide6.QtCore import QSettings, Qt, QTimer
-from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QResizeEvent
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QPaintEvent, QResizeEvent
 from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
@@ -21,14 +23,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.model_thread import ModelThread
 from app.core.models import ModelSpec
 from app.ui import clipboard
-from app.ui.about import AboutDialog, ShortcutsDialog, locations, open_dialog
 from app.ui.banner import Banner
 from app.ui.branch_tree import BranchTree
 from app.ui.chart_host import SERIES, TimelineHost
-from app.ui.code_dialog import CodeDialog, code_request
 from app.ui.collector import collector
 from app.ui.exporting import Exporter
 from app.ui.model_bar import ModelBar
@@ -41,6 +40,10 @@ from app.ui.sessions import Sessions, state_dir
 from app.ui.step_panel import StepPanel
 from app.ui.token_view import TokenView
 
+if TYPE_CHECKING:
+    from app.core.model_thread import ModelThread
+    from app.ui.code_dialog import CodeDialog
+
 MAX_RECENT = 10
 PRELOAD_MS = 250
 NARROW = 1100  # px: narrower windows fold the model card away
@@ -52,6 +55,7 @@ class MainWindow(QMainWindow):
                  worker: ModelThread | None = None) -> None:
         super().__init__()
         self.setWindowTitle("Logit Lab")
+        self._painted = False
         self.store = Preferences(settings)
         self.playground = Playground(self, worker)
         collector().follow(self.playground)  # a model thread never collects Qt objects: app/ui/collector.py
@@ -132,16 +136,24 @@ class MainWindow(QMainWindow):
                  (self.edit_menu, "Copy output as &Markdown", QKeySequence("Ctrl+Alt+C"),
                   lambda: clipboard.copy(clipboard.output_markdown(self.playground.shown))),
                  (self.edit_menu, "Select &All", key.SelectAll, select_all),
-                 (self.help_menu, "&Keyboard shortcuts", key.HelpContents,
-                  lambda: open_dialog(ShortcutsDialog(self.menuBar(), self))),
-                 (self.help_menu, "&About Logit Lab", None, lambda: open_dialog(
-                     AboutDialog(locations(self.store.store.fileName(), state_dir(self.store)), self)))]
+                 (self.help_menu, "&Keyboard shortcuts", key.HelpContents, self._show_shortcuts),
+                 (self.help_menu, "&About Logit Lab", None, self._show_about)]
         for menu, text, keys, slot in items:
             action = menu.addAction(text, slot)
             if keys is not None:
                 action.setShortcut(keys)
             if text in ("&Redo", "Copy output as &Markdown", "&Keyboard shortcuts"):
                 menu.addSeparator()
+
+    def _show_shortcuts(self) -> None:
+        from app.ui.about import ShortcutsDialog, open_dialog  # (dialogs: not before the first paint)
+
+        open_dialog(ShortcutsDialog(self.menuBar(), self))
+
+    def _show_about(self) -> None:
+        from app.ui.about import AboutDialog, locations, open_dialog
+
+        open_dialog(AboutDialog(locations(self.store.store.fileName(), state_dir(self.store)), self))
 
     def _build_tools(self) -> None:
         """Presets' messages; File → Export (app/ui/exporting.py); Run → View code… (app/ui/code_dialog.py)."""
@@ -157,6 +169,8 @@ class MainWindow(QMainWindow):
         self.code_dialog: CodeDialog | None = None
 
         def show_code() -> None:
+            from app.ui.code_dialog import CodeDialog, code_request  # (a dialog: not before the first paint)
+
             e = self.editing
             request = code_request(e.settings, e.prompt.text, e.prompt.chat_messages, e.model.source,
                                    self.playground.tokenizer)
@@ -409,6 +423,14 @@ class MainWindow(QMainWindow):
         left, center, right = self.main.sizes()
         if right == 0 and self.width() >= NARROW:  # (narrowed again before this ran: it stays folded)
             self.main.setSizes([left, max(1, center - card), card])
+
+    def paintEvent(self, e: QPaintEvent) -> None:  # noqa: N802 - Qt override
+        """The first paint: start the model thread right after it (a zero timer runs once the paint is done), as
+        the charts are built (app/ui/chart_host.py); a load or a run before then starts it at once."""
+        super().paintEvent(e)
+        if not self._painted:
+            self._painted = True
+            QTimer.singleShot(0, self.playground, self.playground.start_worker)
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
         if not self.sessions.may_close():  # unsaved changes, and the user chose Cancel

@@ -14,19 +14,21 @@ from __future__ import annotations
 
 import queue
 import secrets
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 
-from app.core.branches import branch_request, replay, replay_finished, replay_request, runner_up
 from app.core.events import Failed, Finished, Loaded, Loading, Prefilled, Request, Scored, Step
 from app.core.metrics import Metrics, decode_rate
-from app.core.model_thread import ModelThread
 from app.core.models import ModelSpec
-from app.core.sampling import Sample
 from app.core.session import Run, Session
 from app.core.settings import MAX_SEED, SamplerSettings, SettingsError
-from app.core.trace import RunTrace, StepTrace
 from app.ui.editing_state import EditingState
+
+if TYPE_CHECKING:
+    from app.core.model_thread import ModelThread
+    from app.core.sampling import Sample
+    from app.core.trace import RunTrace, StepTrace
 
 FRAME_MS = 16
 TOP_N = 20  # candidates each step records for the charts
@@ -60,7 +62,8 @@ class Playground(QObject):
                  editing: EditingState | None = None) -> None:
         super().__init__(parent)
         self.editing = editing if editing is not None else EditingState(self)
-        self.worker = worker or ModelThread()  # anything with its interface (benchmarks feed synthetic runs)
+        self._worker = worker  # anything with ModelThread's interface (benchmarks feed synthetic runs); None: the
+        # model thread, made by `start_worker` just after the window's first paint, or at its first use if sooner
         self.tokenizer = None  # the loaded model's tokenizer (thread-safe, pure CPU): for counting tokens
         self.info = None
         self.session = Session()
@@ -78,6 +81,19 @@ class Playground(QObject):
         self._follow = QTimer(self, singleShot=True, interval=CHART_MS)
         self._follow.timeout.connect(self.show_step)
         self.editing.settings_changed.connect(lambda settings: None if self._busy else self.preview(settings))
+
+    @property
+    def worker(self) -> ModelThread:
+        """The model thread (started now if it was not yet)."""
+        if self._worker is None:
+            from app.core.model_thread import ModelThread  # the core's heavy modules: not before the first paint
+
+            self._worker = ModelThread()
+        return self._worker
+
+    def start_worker(self) -> None:
+        """Start the model thread if it is not yet (the window calls this just after its first paint)."""
+        self.worker  # noqa: B018 - the property starts it
 
     @property
     def shown(self) -> Run | None:
@@ -215,6 +231,8 @@ class Playground(QObject):
         """Branch the shown run at `step` under the state's settings and model: with `token` taken there and the
         parent's seed (its uniforms go on: only the token differs), or, `token` None, re-drawn from there with a
         new seed. Refused (False; `refused` says why) while a run is in progress, or for a run without a trace."""
+        from app.core.branches import branch_request  # (numpy's, as below: not before the window's first paint)
+
         trace = self.trace
         settings = self._valid_settings()
         if trace is None or settings is None or not 0 <= step < len(trace.steps):
@@ -229,12 +247,16 @@ class Playground(QObject):
 
     def fork_uncertain(self, step: int) -> None:
         """Continue the shown run from `step` with the runner-up token there (a mark on the timeline)."""
+        from app.core.branches import runner_up
+
         if 0 <= step < len(self.steps) and (token := runner_up(self.steps[step].sample)) is not None:
             self.fork(step, token)
 
     def replay(self) -> bool:
         """Re-run the shown run under the state's settings with its seed: off the model while its record decides
         the draws, with the model from the first step where it does not, or after the first token that differs."""
+        from app.core.branches import replay, replay_finished, replay_request
+
         trace = self.trace
         if trace is None or (self._busy and not self._load_only):
             return False
@@ -251,6 +273,8 @@ class Playground(QObject):
 
     def _finish_here(self, request: Request, parent: RunTrace, reason: str) -> None:
         """A run made without the model (a replay the record decided to its end): finished as it starts."""
+        from app.core.trace import RunTrace
+
         run = self.session.start(request)[0]
         steps = list(request.inherited)
         trace = RunTrace(prompt_ids=list(parent.prompt_ids), settings=request.settings, seed=parent.seed, steps=steps,
@@ -307,7 +331,8 @@ class Playground(QObject):
         return True
 
     def stop(self) -> None:
-        self.worker.cancel()
+        if self._worker is not None:  # (no model thread yet: nothing runs)
+            self._worker.cancel()
 
     def close(self) -> None:
         self._timer.stop()
@@ -350,6 +375,8 @@ class Playground(QObject):
 
     def drain(self) -> None:
         """Take every waiting event, then emit at most one signal of each kind."""
+        if self._worker is None:  # no model thread yet: no events
+            return
         new_steps: list[Step] = []
         for _ in range(MAX_EVENTS_PER_FRAME):
             try:

@@ -20,8 +20,7 @@ from PySide6.QtCore import QByteArray, QSettings
 
 from app.core.files import brief, parse_json
 from app.core.models import BUILTIN_NAME
-from app.core.settings import SamplerSettings
-from app.core.trace_file import read_settings
+from app.core.settings import SamplerSettings, read_settings
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,6 @@ from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QWidget
 
 from app.core.events import Message
-from app.core.generation import prompt_tokens
 from app.ui.token_spans import TokenSpans
 
 RENDER_WAIT_S = 0.05  # a prompt rendered within this is shown at once; a slower one when its thread is done
@@ -59,6 +58,8 @@ class PromptRenderer(QObject):
     def _run(self, key: tuple[Any, ...]) -> Rendered | None:
         if key != self._latest:
             return None  # replaced while it waited
+        from app.core.generation import prompt_tokens  # (numpy's: not before the window's first paint)
+
         try:
             ids, text = prompt_tokens(*key)
             result = Rendered(key, tuple(ids), text)

@@ -17,8 +17,6 @@ import threading
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QHBoxLayout, QInputDialog, QLineEdit, QSpinBox, QToolButton, QWidget
 
-from app.core.secrets import store_key
-
 MAX_CONCURRENCY = 64
 
 
@@ -80,6 +78,8 @@ class RemoteFields(QWidget):
             return
         key, ok = QInputDialog.getText(self, "API key", f"API key for {url}", QLineEdit.EchoMode.Password)
         if ok and key.strip():
+            from app.core.secrets import store_key  # (the HTTP client's: not before the window's first paint)
+
             self.key_stored.emit(store_key(url, key.strip()))
 
     def list_models(self) -> None:

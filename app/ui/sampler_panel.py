@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.models import ModelSpec
-from app.core.remote_run import SERVER_NOTES
+from app.core.server_request import SERVER_NOTES
 from app.core.settings import FIELDS, SamplerSettings, SettingsError, StageOrder, read_escapes, write_escapes
 from app.ui.editing_state import UI_MAX_SEED, EditingState
 from app.ui.presets_box import PresetsBox

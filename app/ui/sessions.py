@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Literal
 
 import platformdirs
-import psutil
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QMenu, QMessageBox, QWidget
@@ -363,6 +362,8 @@ def crashed_autosaves(folder: Path) -> list[Path]:
 
 
 def _running_since(pid: int, written: float) -> bool:
+    import psutil  # (not before the window's first paint)
+
     try:
         return psutil.Process(pid).create_time() <= written + 1  # +1: the two clocks' rounding
     except psutil.NoSuchProcess:  # a zombie too: it runs no more

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QLabel, QMenu, QSizePolicy, QVBoxLayout, QWidget
 
-from app.core.sampling import Sample
-from app.core.trace import StepTrace
 from app.ui.chart_host import ChartHost
 from app.ui.formatting import EMPTY, format_prob, visible
 
 if TYPE_CHECKING:
+    from app.core.sampling import Sample
+    from app.core.trace import StepTrace
     from app.ui.playground import Playground
 
 IDLE = "<b>Next-token distribution</b>"

@@ -9,12 +9,15 @@ import html
 import itertools
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from app.core.export import SHADES
-from app.core.surprisal import PromptScore
+
+if TYPE_CHECKING:
+    from app.core.surprisal import PromptScore
 from app.ui.formatting import format_logprob, format_prob, shown_piece, visible
 from app.ui.token_spans import Legend, TokenSpans
 

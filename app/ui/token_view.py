@@ -18,7 +18,6 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QMenu, QSizePolicy, QTextEdit
 
 from app.core.events import Step
 from app.core.export import SHADES, shade, shade_rgba
-from app.core.trace import model_id
 from app.ui.formatting import DIVERGED, format_prob, recorded_prob, visible
 from app.ui.token_spans import Legend, TokenSpans
 
@@ -137,6 +136,8 @@ class TokenText(TokenSpans):
         return self.tooltip_for(self._step_of[i])
 
     def tooltip_for(self, step: int) -> str:
+        from app.core.record import model_id  # (numpy's: not before the window's first paint)
+
         t = self._traces.get(step)
         if t is None:
             return ""

@@ -12,7 +12,7 @@ from PySide6.QtGui import QColor
 from app.cli import spec_from, window_parser
 from app.core.export import shade, shade_rgba
 from app.core.models import ModelSpec
-from app.core.remote_run import SERVER_NOTES
+from app.core.server_request import SERVER_NOTES
 from app.ui.formatting import format_prob
 from app.ui.main_window import MainWindow
 from app.ui.model_bar import ModelBar

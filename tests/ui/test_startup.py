@@ -1,6 +1,7 @@
-"""Startup: the window paints before pyqtgraph, superqt or a framework is imported; the charts are built right after
-the first paint (or at their first use) and then draw runs as before. No times are asserted: what is checked is
-what was imported, and what exists, at each point."""
+"""Startup: the window paints before pyqtgraph, superqt or a framework is imported, and before numpy, psutil and the
+core's model-side modules (the model thread, generation, sampling, the records, a server's run, the catalog); the
+charts are built and the model thread started right after the first paint (or at their first use) and then draw
+runs as before. No times are asserted: what is checked is what was imported, and what exists, at each point."""
 
 from __future__ import annotations
 
@@ -16,12 +17,17 @@ from app.ui.main_window import MainWindow
 
 RUN_TIMEOUT = 60_000
 LATER = ("pyqtgraph", "superqt", "torch", "mlx", "transformers")
+# what the first paint does without: the model thread and what it runs (imported when it starts, after the paint)
+CORE_LATER = ("numpy", "psutil", "app.core.model_thread", "app.core.generation", "app.core.sampling",
+              "app.core.record", "app.core.trace", "app.core.trace_file", "app.core.branches", "app.core.surprisal",
+              "app.core.remote_run", "app.core.catalog", "app.core.codegen", "app.core.secrets", "backends.remote")
 
 # A fresh process: the window made and shown; "shown" is the first turn of the event loop after its first paint
 # (a zero timer posted from the window's paint event, as the charts' own are).
 FIRST_PAINT = """
 import json, sys, tempfile
 LATER = sys.argv[1].split(",")
+CORE_LATER = sys.argv[2].split(",")
 from PySide6.QtCore import QEvent, QObject, QSettings, QTimer
 from app.ui.main import make_app
 
@@ -29,7 +35,8 @@ app = make_app()
 from app.ui.main_window import MainWindow
 
 w = MainWindow(settings=QSettings(tempfile.mkdtemp() + "/s.ini", QSettings.Format.IniFormat))
-seen = {"made": [m for m in LATER if m in sys.modules]}
+seen = {"made": [m for m in LATER if m in sys.modules], "core_made": [m for m in CORE_LATER if m in sys.modules],
+        "worker_made": w.playground._worker is not None}
 
 
 def built():
@@ -46,6 +53,8 @@ class FirstPaint(QObject):
     def shown(self):
         seen["shown"] = [m for m in LATER if m in sys.modules]
         seen["built_when_shown"] = built()
+        seen["core_shown"] = [m for m in CORE_LATER if m in sys.modules]
+        seen["worker_when_shown"] = w.playground._worker is not None
 
 
 first_paint = FirstPaint()
@@ -53,11 +62,13 @@ w.installEventFilter(first_paint)
 w.show()
 for _ in range(100_000):  # the event loop alone: nothing here touches a chart
     app.processEvents()
-    if "shown" in seen and all(built()):
+    if "shown" in seen and all(built()) and w.playground._worker is not None:
         break
 seen["built"] = built()
 seen["charts"] = [type(w.step_panel.chart.chart).__name__, type(w.timeline.chart).__name__]
 seen["pyqtgraph_after"] = "pyqtgraph" in sys.modules
+seen["worker_after"] = type(w.playground.worker).__name__ if w.playground._worker is not None else None
+seen["model_thread_after"] = "app.core.model_thread" in sys.modules
 print(json.dumps(seen), flush=True)
 import os; os._exit(0)
 """
@@ -66,14 +77,39 @@ import os; os._exit(0)
 def test_the_window_paints_before_pyqtgraph_superqt_or_a_framework_is_imported():
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    out = subprocess.run([sys.executable, "-c", FIRST_PAINT, ",".join(LATER)], capture_output=True, text=True,
-                         env=env, cwd=root, timeout=300)
+    out = subprocess.run([sys.executable, "-c", FIRST_PAINT, ",".join(LATER), ",".join(CORE_LATER)],
+                         capture_output=True, text=True, env=env, cwd=root, timeout=300)
     assert out.returncode == 0, out.stderr
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     assert seen["made"] == [] and seen["shown"] == []  # MainWindow() and its first paint import none of them
     assert seen["built_when_shown"] == [False, False]
     assert seen["built"] == [True, True] and seen["pyqtgraph_after"]  # then the loop built both, unasked
     assert seen["charts"] == ["StepChart", "TimelineChart"]
+
+
+def test_the_window_paints_before_the_model_thread_numpy_or_psutil_and_starts_the_thread_right_after():
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run([sys.executable, "-c", FIRST_PAINT, ",".join(LATER), ",".join(CORE_LATER)],
+                         capture_output=True, text=True, env=env, cwd=root, timeout=300)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["core_made"] == [] and seen["core_shown"] == []  # MainWindow() and its first paint import none
+    assert not seen["worker_made"] and not seen["worker_when_shown"]
+    assert seen["worker_after"] == "ModelThread" and seen["model_thread_after"]  # then the loop started it, unasked
+
+
+def test_the_model_thread_starts_at_first_use_when_that_comes_before_the_first_paint(qtbot, store):
+    w = MainWindow(settings=store)  # never shown: never painted
+    qtbot.addWidget(w)
+    assert w.playground._worker is None
+    w.playground.stop()  # nothing runs: Stop starts nothing
+    assert w.playground._worker is None
+    worker = w.playground.worker  # a verb reads it: started now, and the same one after
+    assert worker.__class__.__name__ == "ModelThread" and w.playground.worker is worker
+    w.sessions.ask = lambda: "discard"
+    w.close()
+    assert worker.stopped.is_set()
 
 
 def test_the_charts_are_built_after_the_first_paint_and_draw_a_run(qtbot, window):
