@@ -80,7 +80,8 @@ def test_max_tokens_eos_and_metrics(model):
 
 def test_cancel_is_honoured_within_one_step(model):
     cancel = threading.Event()
-    gen = generate(model, Request(prompt=PROMPT, settings=SamplerSettings(max_tokens=500)), cancel)
+    req = Request(prompt=PROMPT, settings=SamplerSettings(max_tokens=500, seed=0), ignore_eos=True)  # (no early end)
+    gen = generate(model, req, cancel)
     n = 0
     for ev in gen:
         if isinstance(ev, Step):
