@@ -17,9 +17,11 @@ import numpy as np
 
 from app.core.events import FinishReason, Request
 from app.core.models import ModelSpec
-from app.core.sampling import NUMPY, RECORD_K, History, apply_penalties
+from app.core.pipeline import History, apply_penalties
+from app.core.sampling import RECORD_K
 from app.core.settings import SamplerSettings, StageOrder
 from app.core.trace import RunTrace, Sample, StepTrace
+from backends.ops import NUMPY
 
 
 @dataclass(frozen=True)

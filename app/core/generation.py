@@ -23,9 +23,11 @@ import numpy as np
 
 from app.core.events import Event, Finished, FinishReason, Message, Prefilled, Request, Step
 from app.core.metrics import Clock, Metrics
+from app.core.pipeline import History
 from app.core.prefill import chunks as prefill_chunks
+from app.core.record import Sample
 from app.core.remote_run import run_remote
-from app.core.sampling import History, Sample, start_sample
+from app.core.sampling import start_sample
 from app.core.settings import MAX_SEED, SamplerSettings
 from app.core.stops import StopHold
 from app.core.trace import RunTrace, StepTrace

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.core.sampling import History, Sample, sample
+from app.core.pipeline import History
+from app.core.record import Sample
+from app.core.sampling import sample
 from app.core.settings import SamplerSettings
 from backends import installed
 from backends.ops import NUMPY, NumpyOps

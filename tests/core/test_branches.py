@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from app.core.branches import Replay, decided_by_record, replay, replay_finished, runner_up, uncertain_steps
-from app.core.sampling import History, sample
+from app.core.pipeline import History
+from app.core.sampling import sample
 from app.core.settings import SamplerSettings, StageOrder
 from app.core.trace import RunTrace, StepTrace
 from backends.ops import NUMPY

@@ -9,18 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.sampling import (
-    History,
-    NoValidTokenError,
-    Sample,
-    apply_min_p,
-    apply_penalties,
-    apply_top_k,
-    apply_top_p,
-    make_stages,
-    resample,
-    sample,
-)
+from app.core.pipeline import History, apply_min_p, apply_penalties, apply_top_k, apply_top_p, make_stages
+from app.core.record import Sample
+from app.core.sampling import NoValidTokenError, resample, sample
 from app.core.settings import SamplerSettings, SettingsError, StageOrder
 from backends.ops import NUMPY
 

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from app.core.export import candidates_csv, steps_csv, to_markdown
 from app.core.metrics import Metrics
-from app.core.sampling import History, sample
+from app.core.pipeline import History
+from app.core.sampling import sample
 from app.core.settings import SamplerSettings
 from app.core.trace import RunTrace, Sample, StepTrace, from_lines, to_lines
 from app.core.trace_file import TraceFormatError
