@@ -165,12 +165,12 @@ class BranchTree(QWidget):
         if run is not None:
             parent = self._pg.session.get(run.parent[0]) if run.parent is not None else None
             typed = item.text(0).removeprefix(_prefix(run, parent)).strip()
-            self._pg.rename(run.id, "" if typed == _own_text(run) else typed)
+            self._pg.branches.rename(run.id, "" if typed == _own_text(run) else typed)
 
     def delete_current(self) -> None:
         item = self.tree.currentItem()
         if item is not None and self._pg is not None:
-            self._pg.delete(item.data(0, RUN_ID))
+            self._pg.branches.delete(item.data(0, RUN_ID))
 
     def _menu(self, pos: object) -> None:
         item = self.tree.itemAt(pos)

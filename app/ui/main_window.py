@@ -191,7 +191,7 @@ class MainWindow(QMainWindow):
         self.replay_action = QAction("Re&play under these settings", self, shortcut=QKeySequence("Ctrl+Shift+R"),
                                      enabled=False, toolTip="Re-run the shown run with its seed under the panel's "
                                      "settings: where it first draws a different token is marked")
-        self.replay_action.triggered.connect(self.playground.replay)
+        self.replay_action.triggered.connect(self.playground.branches.replay)
         self.run_menu.insertAction(self.run_menu.actions()[2], self.replay_action)
         show = QAction("&Branches", self, toolTip="Show the branch tree (and the model card)")
         show.triggered.connect(self._show_side)
@@ -285,9 +285,9 @@ class MainWindow(QMainWindow):
                      self.model_bar, self.prompt):
             view.bind(pg)  # each follows the view-model itself; the window only composes
         for view in (self.output, self.step_panel):
-            view.fork_requested.connect(pg.fork)
-            view.regenerate_requested.connect(lambda step: pg.fork(step, None))
-        self.timeline.uncertain_clicked.connect(pg.fork_uncertain)
+            view.fork_requested.connect(pg.branches.fork)
+            view.regenerate_requested.connect(pg.branches.regenerate)
+        self.timeline.uncertain_clicked.connect(pg.branches.fork_uncertain)
         pg.session_changed.connect(self._can_replay)
         pg.busy_changed.connect(self._busy)
         pg.loaded.connect(lambda _info: self._remember_model(self.editing.model.source))

@@ -3,9 +3,10 @@ coalesced signals.
 
 Events are routed by run id into the `Session` (every run keeps its steps, also when another run is shown);
 the widgets follow the run being shown. Widgets never touch the core or a model: they receive what they show
-through these signals and call the few verbs here (generate, stop, load, score, select_step, fork, replay). One
-request at a time; `busy` says so. What the user edits (prompt, settings, model, the selection) is its
-`EditingState`: requests, fork and replay read it, and a change of settings previews the selected step.
+through these signals and call the few verbs here (generate, stop, load, score, select_step); the branch verbs
+(fork, replay, rename, delete…) are its `branches` (app/ui/branching.py). One request at a time; `busy` says so.
+What the user edits (prompt, settings, model, the selection) is its `EditingState`: requests and branches read it,
+and a change of settings previews the selected step.
 Process-wide state is not its business: the application's collector (app/ui/collector.py) keeps Python's garbage
 collection on the UI thread, as a model thread must never destroy Qt objects.
 """
@@ -13,7 +14,6 @@ collection on the UI thread, as a model thread must never destroy Qt objects.
 from __future__ import annotations
 
 import queue
-import secrets
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
@@ -22,7 +22,8 @@ from app.core.events import Failed, Finished, Loaded, Loading, Prefilled, Reques
 from app.core.metrics import Metrics, decode_rate
 from app.core.models import ModelSpec
 from app.core.session import Run, Session
-from app.core.settings import MAX_SEED, SamplerSettings, SettingsError
+from app.core.settings import SamplerSettings, SettingsError
+from app.ui.branching import Branches
 from app.ui.editing_state import EditingState
 
 if TYPE_CHECKING:
@@ -54,7 +55,6 @@ class Playground(QObject):
     busy_changed = Signal(bool)
     session_replaced = Signal()  # another whole session was opened (or a new, empty one begun)
     session_changed = Signal()  # a run was added, finished, renamed or deleted: the branch tree redraws
-    diverged = Signal(int)  # the first step where the shown branch's token differs from its parent's
     cleared = Signal()  # nothing is shown (an empty session, or the last run deleted): the views' empty state
     refused = Signal(str)  # a verb could not start (settings not valid, a branch of a run still going): why
 
@@ -68,8 +68,7 @@ class Playground(QObject):
         self.info = None
         self.session = Session()
         self._request: Request | None = None
-        self._diverged_in: Run | None = None  # the run shown whose divergence from its parent was found
-        self.run_started.connect(lambda _request: setattr(self, "_diverged_in", None))  # the views start afresh
+        self.branches = Branches(self, TOP_N, self)  # fork, replay, rename, delete: the verbs of the session's tree
         self._load_only = False
         self._busy = False
         self._prefill_s = 0.0
@@ -162,7 +161,7 @@ class Playground(QObject):
 
     def generate_edited(self) -> bool:
         """Start a run of what the editing state holds (False, with `refused`'s reason, when it cannot start)."""
-        settings = self._valid_settings()
+        settings = self.checked_settings()
         return settings is not None and self.generate(self.make_request(settings.with_(
             seed=self.editing.next_run_seed())))
 
@@ -173,7 +172,7 @@ class Playground(QObject):
         self.worker.score(request)  # (the model thread queues it behind whatever it is doing)
         return request.id
 
-    def _valid_settings(self) -> SamplerSettings | None:
+    def checked_settings(self) -> SamplerSettings | None:
         """The state's settings, or None after `refused` said why they are not valid (the one place a settings
         error becomes a message)."""
         try:
@@ -212,7 +211,7 @@ class Playground(QObject):
         if run.finished.message:
             self.run_error.emit(run.finished.message)
 
-    # branches -----------------------------------------------------------------------------------------------
+    # runs of the session ----------------------------------------------------------------------------------
     def show_run(self, run_id: int) -> None:
         """Show another run of the session: the views redraw it from its steps; a running one goes on streaming."""
         run = self.session.get(run_id)
@@ -226,109 +225,6 @@ class Playground(QObject):
         if run.prefilled is not None:
             self.prefilled.emit(run.prefilled)
         self._emit_steps([Step(run.request.id, st.step, st.token_id, st.text, st, 0, run.id) for st in run.steps])
-
-    def fork(self, step: int, token: int | None) -> bool:
-        """Branch the shown run at `step` under the state's settings and model: with `token` taken there and the
-        parent's seed (its uniforms go on: only the token differs), or, `token` None, re-drawn from there with a
-        new seed. Refused (False; `refused` says why) while a run is in progress, or for a run without a trace."""
-        from app.core.branches import branch_request  # (numpy's, as below: not before the window's first paint)
-
-        trace = self.trace
-        settings = self._valid_settings()
-        if trace is None or settings is None or not 0 <= step < len(trace.steps):
-            return False
-        seed = trace.seed if token is not None else secrets.randbelow(MAX_SEED + 1)
-        request = branch_request(trace, step, settings.with_(seed=seed), kind="regenerate" if token is None else
-                                 "fork", force=token, spec=self.editing.model, top_n=TOP_N)
-        if not self.generate(request):
-            self.refused.emit("A branch starts from a finished run: wait for this one, or stop it (Esc).")
-            return False
-        return True
-
-    def fork_uncertain(self, step: int) -> None:
-        """Continue the shown run from `step` with the runner-up token there (a mark on the timeline)."""
-        from app.core.branches import runner_up
-
-        if 0 <= step < len(self.steps) and (token := runner_up(self.steps[step].sample)) is not None:
-            self.fork(step, token)
-
-    def replay(self) -> bool:
-        """Re-run the shown run under the state's settings with its seed: off the model while its record decides
-        the draws, with the model from the first step where it does not, or after the first token that differs."""
-        from app.core.branches import replay, replay_finished, replay_request
-
-        trace = self.trace
-        if trace is None or (self._busy and not self._load_only):
-            return False
-        settings = self._valid_settings()
-        if settings is None:
-            return False
-        r = replay(trace, settings)
-        request = replay_request(trace, settings, r, spec=self.editing.model, top_n=TOP_N)
-        reason = replay_finished(trace, r, settings)
-        if reason is None:
-            return self.generate(request)
-        self._finish_here(request, trace, reason)
-        return True
-
-    def _finish_here(self, request: Request, parent: RunTrace, reason: str) -> None:
-        """A run made without the model (a replay the record decided to its end): finished as it starts."""
-        from app.core.trace import RunTrace
-
-        run = self.session.start(request)[0]
-        steps = list(request.inherited)
-        trace = RunTrace(prompt_ids=list(parent.prompt_ids), settings=request.settings, seed=parent.seed, steps=steps,
-                         run_id=run.id, parent=request.parent, model=parent.model, finish_reason=reason,
-                         prompt_text=parent.prompt_text, branch=request.branch)
-        trace.metrics = Metrics(prompt_tokens=len(parent.prompt_ids), generated_tokens=len(steps))
-        run.prefilled = Prefilled(request.id, tuple(parent.prompt_ids), parent.prompt_text, parent.seed, 0.0)
-        run.steps, run.finished = steps, Finished(request.id, reason, trace.metrics, trace, run.id)
-        self.session_changed.emit()
-        self._show_finished(run)
-
-    @property
-    def branch_step(self) -> int | None:
-        """The step where the shown run left its parent (its steps before are the parent's); None for a root."""
-        run = self.shown
-        return run.parent[1] if run is not None and run.parent is not None else None
-
-    def _find_divergence(self, steps: list[Step]) -> None:
-        """Emit `diverged` once, at the first of the shown branch's steps whose token differs from its parent's."""
-        run, k = self.shown, self.branch_step
-        if k is None or self._diverged_in is run:
-            return
-        parent = self.session.get(run.parent[0])
-        theirs = parent.steps if parent is not None else []
-        for s in steps:
-            if s.step >= k and (s.step >= len(theirs) or theirs[s.step].token_id != s.token_id):
-                self._diverged_in = run
-                self.diverged.emit(s.step)
-                return
-
-    def rename(self, run_id: int, name: str) -> None:
-        run = self.session.get(run_id)
-        if run is not None and run.name != name.strip():
-            run.name = name.strip()
-            self.session_changed.emit()
-
-    def delete(self, run_id: int) -> bool:
-        """Delete a run and the branches that grew from it; refused (False) while one of them runs."""
-        doomed = self.session.subtree(run_id)
-        if not doomed or any(r.running for r in doomed):
-            return False
-        for r in doomed:
-            del self.session.runs[r.id]
-        if self.shown in doomed:
-            self.editing.select(None)
-            parent = doomed[0].parent
-            rest = self.session.get(parent[0]) if parent is not None else None
-            rest = rest or next(reversed(self.session.runs.values()), None)
-            if rest is not None and rest.finished is not None:
-                self._show_finished(rest)
-            else:
-                self.cleared.emit()
-        self.session_changed.emit()
-        return True
 
     def stop(self) -> None:
         if self._worker is not None:  # (no model thread yet: nothing runs)
@@ -399,7 +295,7 @@ class Playground(QObject):
         if not steps:
             return
         self.steps_appended.emit(steps)
-        self._find_divergence(steps)
+        self.branches.find_divergence(steps)  # after the views took the steps: they mark the one that differs
         if not self._follow.isActive():
             self._follow.start()
         self._kv_bytes = steps[-1].kv_bytes

@@ -30,13 +30,14 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.events import Message, Scored
-from app.ui.chat_editor import ChatEditor
+from app.ui.chart_host import LazyHost
 from app.ui.editing_state import EditingState, Prompt
 from app.ui.prompt_render import PromptRenderer, Rendered, TokenBoundaries
-from app.ui.surprisal_view import SurprisalView
 
 if TYPE_CHECKING:
+    from app.ui.chat_editor import ChatEditor
     from app.ui.playground import Playground
+    from app.ui.surprisal_view import SurprisalView
 
 COUNT_MS = 150
 SCORE_MS = 400  # a score is a forward over the whole prompt: wait for a pause in typing
@@ -59,16 +60,17 @@ class PromptEditor(QWidget):
         self.server = False  # the loaded model is on a server: it tokenizes there
         self.completion = QPlainTextEdit(placeholderText="Type a prompt; the model continues it.")
         self.completion.textChanged.connect(self._edited)
-        self.chat = ChatEditor()
-        self.chat.changed.connect(self._edited)
+        # hidden at start, so built when first shown or used (`chat`, `boundaries`, `surprisal` build them); the
+        # Chat tab right after the first paint too, as its size counts in the tabs' minimum size
         self.tabs = QTabWidget()
+        self._chat = LazyHost(self._make_chat, after=self.tabs)
         self.tabs.addTab(self.completion, "Completion")
-        self.tabs.addTab(self.chat, "Chat")
+        self.tabs.addTab(self._chat, "Chat")
         self.tabs.currentChanged.connect(self._edited)
-        self.boundaries = TokenBoundaries()
-        self.boundaries.hide()
-        self.surprisal = SurprisalView()
-        self.surprisal.hide()
+        self._boundaries = LazyHost(TokenBoundaries)
+        self._boundaries.hide()
+        self._surprisal = LazyHost(_surprisal_view)
+        self._surprisal.hide()
         self.count = QLabel("", toolTip=COUNT_TIP)
         self.count.setObjectName("token_count")
         # a long note (a slow template, a server) is cut at the column's edge, never widens the column
@@ -98,15 +100,41 @@ class PromptEditor(QWidget):
         self.state.prompt_changed.connect(self._show)
         self._show(self.state.prompt)
 
+    @property
+    def chat(self) -> ChatEditor:
+        """The Chat tab's editor (built now if it was not yet)."""
+        return self._chat.widget
+
+    @property
+    def boundaries(self) -> TokenBoundaries:
+        """The prompt's tokens, shown instead of the tabs by Show tokens (built now if it was not yet)."""
+        return self._boundaries.widget
+
+    @property
+    def surprisal(self) -> SurprisalView:
+        """The prompt shaded by its surprisal, below the editor while Surprisal is on (built now if it was not yet)."""
+        return self._surprisal.widget
+
+    def _make_chat(self) -> ChatEditor:
+        from app.ui.chat_editor import ChatEditor
+
+        chat = ChatEditor()
+        chat.changed.connect(self._edited)
+        return chat
+
+    def _chat_messages(self) -> tuple[Message, ...]:
+        """The chat's messages; none while it is not built (a new chat editor holds none)."""
+        return self.chat.messages() if self._chat.is_built else ()
+
     def _build_layout(self) -> None:
         top = QWidget()
         tb = QVBoxLayout(top)
         tb.setContentsMargins(0, 0, 0, 0)
         tb.addWidget(self.tabs, 1)
-        tb.addWidget(self.boundaries, 1)
+        tb.addWidget(self._boundaries, 1)
         self.split = QSplitter(Qt.Orientation.Vertical, childrenCollapsible=False)
         self.split.addWidget(top)
-        self.split.addWidget(self.surprisal)
+        self.split.addWidget(self._surprisal)
         row = QHBoxLayout()
         row.addWidget(self.count, 1)
         row.addWidget(self.show_surprisal)
@@ -152,14 +180,14 @@ class PromptEditor(QWidget):
         return self.chat.turns[-1].text if self.chat_mode and self.chat.turns else self.completion
 
     def messages(self) -> tuple[Message, ...] | None:
-        return self.chat.messages() if self.chat_mode else None
+        return self._chat_messages() if self.chat_mode else None
 
     def set_prompt(self, text: str) -> None:
         self.completion.setPlainText(text)
 
     def shown(self) -> Prompt:
         """The prompt as the fields hold it."""
-        return Prompt(self.prompt(), self.chat.messages(), self.chat_mode)
+        return Prompt(self.prompt(), self._chat_messages(), self.chat_mode)
 
     def _show(self, prompt: Prompt) -> None:
         """Put the state's prompt into the fields (what they then hold goes back: the chat keeps one turn)."""
@@ -169,7 +197,7 @@ class PromptEditor(QWidget):
         try:
             if prompt.text != self.prompt():
                 self.completion.setPlainText(prompt.text)
-            if prompt.messages != self.chat.messages():
+            if prompt.messages != self._chat_messages():
                 self.chat.set_messages(prompt.messages)
             self.tabs.setCurrentIndex(1 if prompt.chat else 0)
         finally:
@@ -224,13 +252,13 @@ class PromptEditor(QWidget):
 
     def _toggle_tokens(self, on: bool) -> None:
         self.tabs.setVisible(not on)
-        self.boundaries.setVisible(on)
+        self._boundaries.setVisible(on)
         self.show_tokens.setText("Edit prompt" if on else "Show tokens")
         self.refresh_count()
 
     # surprisal ----------------------------------------------------------------------------------------------
     def _toggle_surprisal(self, on: bool) -> None:
-        self.surprisal.setVisible(on)
+        self._surprisal.setVisible(on)
         self._score_debounce.stop()
         self._rescore = False
         if on:
@@ -239,7 +267,8 @@ class PromptEditor(QWidget):
             self.request_score()
         else:  # an answer still on its way is of no use now
             self._score_sent, self._score_in_flight = None, False
-            self.surprisal.clear()
+            if self._surprisal.is_built:
+                self.surprisal.clear()
 
     def request_score(self) -> None:
         """Ask for a score of the prompt as it is now (at most one in flight; a later edit asks again)."""
@@ -299,3 +328,9 @@ class PromptEditor(QWidget):
             return False  # edited since: the score of the new text is on its way
         r = self.model_text()
         return r is not None and r.error is None and r.text == ev.prompt_text and r.ids == ev.score.ids
+
+
+def _surprisal_view() -> SurprisalView:
+    from app.ui.surprisal_view import SurprisalView
+
+    return SurprisalView()

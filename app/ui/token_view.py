@@ -231,11 +231,11 @@ class TokenView(QWidget):
         """The shown run's text as it streams, its end, the token of the step shown; a click selects a step.
         While the latest step streams by, no token is selected: it moves too fast to follow."""
         t = self.text
-        pg.run_started.connect(lambda request: (t.clear_run(), t.set_branch(pg.branch_step), self._note(request),
-                                                self._name_shading()))
+        pg.run_started.connect(lambda request: (t.clear_run(), t.set_branch(pg.branches.branch_step),
+                                                self._note(request), self._name_shading()))
         pg.cleared.connect(lambda: (t.clear_run(), t.set_branch(None), self.branch_note.setText(""),
                                     self._name_shading()))
-        pg.diverged.connect(t.mark_divergence)
+        pg.branches.diverged.connect(t.mark_divergence)
         t.fork_requested.connect(self.fork_requested)
         t.regenerate_requested.connect(self.regenerate_requested)
         pg.steps_appended.connect(self.append_steps)

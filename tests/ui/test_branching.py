@@ -97,7 +97,7 @@ def test_the_output_menu_forks_and_regenerates_and_the_tree_shows_each_branch(qt
 def test_tree_keys_rename_and_delete(qtbot, window):
     root = first_run(qtbot, window)
     pg, tree = window.playground, window.branches.tree
-    child = wait_run(qtbot, window, lambda: window.playground.fork(2, None))
+    child = wait_run(qtbot, window, lambda: window.playground.branches.regenerate(2))
     tree.setFocus()
     qtbot.keyClick(tree, Qt.Key.Key_Left)  # to the parent
     qtbot.keyClick(tree, Qt.Key.Key_Left)

@@ -54,7 +54,7 @@ def fill(qtbot, w: MainWindow) -> list:
     first = w.playground.shown
     branch(qtbot, w, (first.id, 2))
     branch(qtbot, w, (w.playground.shown.id, 1))
-    w.playground.rename(first.id, "the first")
+    w.playground.branches.rename(first.id, "the first")
     return list(w.playground.session.runs.values())
 
 
@@ -83,9 +83,9 @@ def test_a_session_saved_and_reopened_in_the_window_equals_the_original(qtbot, w
     assert w.timeline.chart.n == len(back[-1].steps) and w.step_panel.chart.chart.shown[0] is back[-1].steps[-1].sample
     assert w.windowTitle().startswith("s.jsonl") and not w.isWindowModified()
     assert w.store.get("recent_sessions")[0] == str((tmp_path / "s.jsonl").resolve())
-    w.playground.rename(back[1].id, "renamed")
+    w.playground.branches.rename(back[1].id, "renamed")
     assert w.isWindowModified()
-    w.playground.rename(back[1].id, "")
+    w.playground.branches.rename(back[1].id, "")
     assert not w.isWindowModified()  # as saved again
 
     assert run(qtbot, w, max_tokens=3).reason in ("length", "eos")  # it goes on with its model

@@ -1,7 +1,9 @@
 """Startup: the window paints before pyqtgraph, superqt or a framework is imported, and before numpy, psutil and the
 core's model-side modules (the model thread, generation, sampling, the records, a server's run, the catalog); the
 charts are built and the model thread started right after the first paint (or at their first use) and then draw
-runs as before. No times are asserted: what is checked is what was imported, and what exists, at each point."""
+runs as before. Parts hidden at start (the Chat tab's editor, the prompt's surprisal and tokens) are built when
+first shown or used, the Chat tab right after the first paint too. No times are asserted: what is checked is what
+was imported, and what exists, at each point."""
 
 from __future__ import annotations
 
@@ -10,8 +12,10 @@ import os
 import subprocess
 import sys
 
+from PySide6.QtWidgets import QLabel
+
 from app.core.models import ModelSpec
-from app.ui.chart_host import ChartHost, TimelineHost
+from app.ui.chart_host import ChartHost, LazyHost, TimelineHost
 from app.ui.charts import StepChart, TimelineChart
 from app.ui.main_window import MainWindow
 
@@ -19,7 +23,8 @@ RUN_TIMEOUT = 60_000
 LATER = ("pyqtgraph", "superqt", "torch", "mlx", "transformers")
 # what the first paint does without: the model thread and what it runs (imported when it starts, after the paint)
 CORE_LATER = ("numpy", "psutil", "app.core.model_thread", "app.core.generation", "app.core.sampling",
-              "app.core.record", "app.core.trace", "app.core.trace_file", "app.core.branches", "app.core.surprisal",
+              "app.core.pipeline", "app.core.record", "app.core.trace", "app.core.trace_file", "app.core.branches",
+              "app.core.surprisal",
               "app.core.remote_run", "app.core.catalog", "app.core.codegen", "app.core.secrets", "backends.remote")
 
 # A fresh process: the window made and shown; "shown" is the first turn of the event loop after its first paint
@@ -43,6 +48,13 @@ def built():
     return [w.step_panel.chart.is_built, w.timeline.is_built]
 
 
+def hidden_built():  # the Chat tab's editor, the prompt's surprisal and tokens
+    return [w.prompt._chat.is_built, w.prompt._surprisal.is_built, w.prompt._boundaries.is_built]
+
+
+seen["hidden_made"] = hidden_built()
+
+
 class FirstPaint(QObject):
     def eventFilter(self, obj, ev):
         if ev.type() == QEvent.Type.Paint and "painted" not in seen:
@@ -53,6 +65,7 @@ class FirstPaint(QObject):
     def shown(self):
         seen["shown"] = [m for m in LATER if m in sys.modules]
         seen["built_when_shown"] = built()
+        seen["hidden_when_shown"] = hidden_built()
         seen["core_shown"] = [m for m in CORE_LATER if m in sys.modules]
         seen["worker_when_shown"] = w.playground._worker is not None
 
@@ -62,9 +75,10 @@ w.installEventFilter(first_paint)
 w.show()
 for _ in range(100_000):  # the event loop alone: nothing here touches a chart
     app.processEvents()
-    if "shown" in seen and all(built()) and w.playground._worker is not None:
+    if "shown" in seen and all(built()) and w.playground._worker is not None and w.prompt._chat.is_built:
         break
 seen["built"] = built()
+seen["hidden_after"] = hidden_built()
 seen["charts"] = [type(w.step_panel.chart.chart).__name__, type(w.timeline.chart).__name__]
 seen["pyqtgraph_after"] = "pyqtgraph" in sys.modules
 seen["worker_after"] = type(w.playground.worker).__name__ if w.playground._worker is not None else None
@@ -85,6 +99,46 @@ def test_the_window_paints_before_pyqtgraph_superqt_or_a_framework_is_imported()
     assert seen["built_when_shown"] == [False, False]
     assert seen["built"] == [True, True] and seen["pyqtgraph_after"]  # then the loop built both, unasked
     assert seen["charts"] == ["StepChart", "TimelineChart"]
+
+
+def test_the_window_paints_without_its_hidden_parts_and_builds_the_chat_tab_right_after():
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run([sys.executable, "-c", FIRST_PAINT, ",".join(LATER), ",".join(CORE_LATER)],
+                         capture_output=True, text=True, env=env, cwd=root, timeout=300)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["hidden_made"] == seen["hidden_when_shown"] == [False, False, False]
+    assert seen["hidden_after"] == [True, False, False]  # surprisal and tokens wait until they are toggled on
+
+
+def test_hidden_parts_are_built_when_first_shown_or_used_and_look_as_before(qtbot, store):
+    w = MainWindow(settings=store)  # never shown: never painted
+    qtbot.addWidget(w)
+    p = w.prompt
+    assert not p._chat.is_built and not p._surprisal.is_built and not p._boundaries.is_built
+    assert p.shown().messages == () and not p.chat_mode
+    p.tabs.setCurrentIndex(1)  # the Chat tab, made current: built as it is shown
+    assert p._chat.is_built and p.chat.parent() is p._chat and [t.role.currentText() for t in p.chat.turns] == ["user"]
+    p.chat.turns[0].text.setPlainText("Hi")
+    assert w.editing.prompt.chat and [m.content for m in w.editing.prompt.messages] == ["Hi"]
+    w.show()
+    qtbot.waitExposed(w)
+    p.show_surprisal.setChecked(True)
+    assert p._surprisal.is_built and p.surprisal.isVisible()  # shown at once, not a turn of the loop later
+    p.show_tokens.setChecked(True)
+    assert p._boundaries.is_built and p.boundaries.isVisible() and not p.tabs.isVisible()
+    w.sessions.ask = lambda: "discard"
+    w.close()
+
+
+def test_a_lazy_host_builds_once_at_first_use_or_show(qtbot):
+    made = []
+    host = LazyHost(lambda: made.append(QLabel("x")) or made[-1])
+    qtbot.addWidget(host)
+    assert not host.is_built and made == []
+    host.show()  # shown: built before it paints
+    assert host.is_built and host.widget is made[0] and host.widget.isVisible() and len(made) == 1
 
 
 def test_the_window_paints_before_the_model_thread_numpy_or_psutil_and_starts_the_thread_right_after():
