@@ -129,9 +129,10 @@ def instrument() -> Spans:
     """Time the window's UI-thread work by kind (before the window is made, so every connection is timed)."""
     import pyqtgraph as pg
 
-    from app.ui.charts import StepChart, TimelineChart
     from app.ui.panels import MetricsStrip
     from app.ui.playground import Playground
+    from app.ui.step_chart import StepChart
+    from app.ui.timeline import TimelineChart
     from app.ui.token_view import TokenText
 
     spans = Spans()

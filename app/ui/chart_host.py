@@ -1,7 +1,7 @@
-"""Hosts that stand in for a widget until it is built (`LazyHost`): the pyqtgraph charts (app/ui/charts.py) just after
-the window's first paint, parts hidden at start (the Chat tab, the prompt's surprisal and tokens) when first shown;
-either at their first use if that comes sooner. Importing pyqtgraph costs 0.15–0.4 s of CPU (its Qt shim
-makes PySide6 build every lazy class), which the window's first paint no longer waits for.
+"""Hosts that stand in for a widget until it is built (`LazyHost`): the pyqtgraph charts (app/ui/step_chart.py,
+app/ui/timeline.py) just after the window's first paint, parts hidden at start (the Chat tab, the prompt's surprisal
+and tokens) when first shown; either at their first use if that comes sooner. Importing pyqtgraph costs 0.15–0.4 s of
+CPU (its Qt shim makes PySide6 build every lazy class), which the window's first paint no longer waits for.
 
 Until built, a chart's host is a plain area of the charts' background colour; `host.chart` is the chart (reading
 it builds it). Connections made before the chart exists go to the host: its `bind` and its forwarded signals.
@@ -91,7 +91,8 @@ class LazyHost(QWidget):
 
 
 class ChartHost(LazyHost):
-    """Holds the chart `charts.<chart_class>(**kwargs)`, made on demand (after the first paint, or at first use)."""
+    """Holds the chart `<chart_class>(**kwargs)` (`step_chart.StepChart` or `timeline.TimelineChart`), made on demand
+    (after the first paint, or at first use)."""
 
     def __init__(self, chart_class: str, parent: QWidget | None = None, **kwargs: object) -> None:
         super().__init__(lambda: _chart(chart_class, kwargs), parent, when="painted")
@@ -105,13 +106,13 @@ class ChartHost(LazyHost):
 
 
 def _chart(name: str, kwargs: dict[str, object]) -> QWidget:
-    from app.ui import charts  # pyqtgraph's import: here, after the first paint or at the first use
+    from app.ui import step_chart, timeline  # pyqtgraph's import: here, after the first paint or at the first use
 
-    return getattr(charts, name)(**kwargs)
+    return getattr({"StepChart": step_chart, "TimelineChart": timeline}[name], name)(**kwargs)
 
 
 class TimelineHost(ChartHost):
-    """The run timeline (`charts.TimelineChart`): bound to the view-model from the start, so a run shown before the
+    """The run timeline (`timeline.TimelineChart`): bound to the view-model from the start, so a run shown before the
     chart is built builds it and is drawn."""
 
     step_clicked = Signal(int)
@@ -123,11 +124,11 @@ class TimelineHost(ChartHost):
         self.built.connect(self._forward)
 
     def set_uncertain_above(self, nats: float | None) -> None:
-        """`charts.TimelineChart.set_uncertain_above` (builds the chart)."""
+        """`timeline.TimelineChart.set_uncertain_above` (builds the chart)."""
         self.chart.set_uncertain_above(nats)
 
     def show_series(self, which: str) -> None:
-        """`charts.TimelineChart.show_series`, kept until the chart is built (choosing it builds nothing)."""
+        """`timeline.TimelineChart.show_series`, kept until the chart is built (choosing it builds nothing)."""
         self._series = which
         if self.is_built:
             self.chart.show_series(which)

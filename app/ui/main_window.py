@@ -65,7 +65,7 @@ class MainWindow(QMainWindow):
         self.sampler = SamplerPanel(self.editing)
         self.output = TokenView()
         self.step_panel = StepPanel()
-        self.timeline = TimelineHost()  # a charts.TimelineChart, built after the first paint
+        self.timeline = TimelineHost()  # a timeline.TimelineChart, built after the first paint
         self.metrics = MetricsStrip()
         self.model_card = ModelCard()
         self.banner = Banner()

@@ -37,7 +37,7 @@ class StepPanel(QWidget):
         self.trace: StepTrace | None = None  # the step shown (a preview shows the same step's candidates)
         self.title = QLabel(IDLE)
         self.title.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # cut, not widened
-        self.chart = ChartHost("StepChart")  # a charts.StepChart, built after the window's first paint
+        self.chart = ChartHost("StepChart")  # a step_chart.StepChart, built after the window's first paint
         self.chart.built.connect(self._chart_built)
         box = QVBoxLayout(self)
         box.setContentsMargins(0, 0, 0, 0)

@@ -16,9 +16,11 @@ from app.core.events import Step
 from app.core.sampling import sample
 from app.core.settings import SamplerSettings, StageOrder
 from app.core.trace import Sample, StepTrace
-from app.ui.charts import CUT_BY, RAW, StepChart, TimelineChart
+from app.ui.charts import RAW
 from app.ui.formatting import format_prob
 from app.ui.main_window import MainWindow
+from app.ui.step_chart import CUT_BY, StepChart
+from app.ui.timeline import TimelineChart
 from backends.ops import NUMPY
 
 FILTERS = SamplerSettings(temperature=0.5, top_k=12, top_p=0.8, min_p=0.3)  # T ≠ 1 with every filter on

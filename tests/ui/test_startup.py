@@ -16,8 +16,9 @@ from PySide6.QtWidgets import QLabel
 
 from app.core.models import ModelSpec
 from app.ui.chart_host import ChartHost, LazyHost, TimelineHost
-from app.ui.charts import StepChart, TimelineChart
 from app.ui.main_window import MainWindow
+from app.ui.step_chart import StepChart
+from app.ui.timeline import TimelineChart
 
 RUN_TIMEOUT = 60_000
 LATER = ("pyqtgraph", "superqt", "torch", "mlx", "transformers")
