@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from PySide6.QtWidgets import QLabel
 
 from app.core.models import ModelSpec
@@ -89,26 +90,25 @@ import os; os._exit(0)
 """
 
 
-def test_the_window_paints_before_pyqtgraph_superqt_or_a_framework_is_imported():
+@pytest.fixture(scope="module")
+def seen() -> dict:
+    """What the fresh process saw, made once for the tests that read it."""
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     out = subprocess.run([sys.executable, "-c", FIRST_PAINT, ",".join(LATER), ",".join(CORE_LATER)],
                          capture_output=True, text=True, env=env, cwd=root, timeout=300)
     assert out.returncode == 0, out.stderr
-    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_the_window_paints_before_pyqtgraph_superqt_or_a_framework_is_imported(seen: dict):
     assert seen["made"] == [] and seen["shown"] == []  # MainWindow() and its first paint import none of them
     assert seen["built_when_shown"] == [False, False]
     assert seen["built"] == [True, True] and seen["pyqtgraph_after"]  # then the loop built both, unasked
     assert seen["charts"] == ["StepChart", "TimelineChart"]
 
 
-def test_the_window_paints_without_its_hidden_parts_and_builds_the_chat_tab_right_after():
-    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    out = subprocess.run([sys.executable, "-c", FIRST_PAINT, ",".join(LATER), ",".join(CORE_LATER)],
-                         capture_output=True, text=True, env=env, cwd=root, timeout=300)
-    assert out.returncode == 0, out.stderr
-    seen = json.loads(out.stdout.strip().splitlines()[-1])
+def test_the_window_paints_without_its_hidden_parts_and_builds_the_chat_tab_right_after(seen: dict):
     assert seen["hidden_made"] == seen["hidden_when_shown"] == [False, False, False]
     assert seen["hidden_after"] == [True, False, False]  # surprisal and tokens wait until they are toggled on
 
@@ -142,13 +142,7 @@ def test_a_lazy_host_builds_once_at_first_use_or_show(qtbot):
     assert host.is_built and host.widget is made[0] and host.widget.isVisible() and len(made) == 1
 
 
-def test_the_window_paints_before_the_model_thread_numpy_or_psutil_and_starts_the_thread_right_after():
-    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    out = subprocess.run([sys.executable, "-c", FIRST_PAINT, ",".join(LATER), ",".join(CORE_LATER)],
-                         capture_output=True, text=True, env=env, cwd=root, timeout=300)
-    assert out.returncode == 0, out.stderr
-    seen = json.loads(out.stdout.strip().splitlines()[-1])
+def test_the_window_paints_before_the_model_thread_numpy_or_psutil_and_starts_the_thread_right_after(seen: dict):
     assert seen["core_made"] == [] and seen["core_shown"] == []  # MainWindow() and its first paint import none
     assert not seen["worker_made"] and not seen["worker_when_shown"]
     assert seen["worker_after"] == "ModelThread" and seen["model_thread_after"]  # then the loop started it, unasked
