@@ -17,24 +17,18 @@ from pathlib import Path
 from app.arguments import to_json
 from app.core.events import Finished, Request
 from app.core.models import ModelSpec
-from app.core.remote_run import load_remote, run_remote
-from app.core.secrets import api_key
+from app.core.remote_run import load_remote, run_remote, served_models
 from app.core.settings import SamplerSettings
 from backends.base import ModelLoadError
-from backends.remote import RemoteBackend, RemoteError, RemoteModel, where
+from backends.remote import RemoteError, RemoteModel, where
 
 CONCURRENCY = (1, 4, 16)
 
 
 def models_main(args: argparse.Namespace) -> int:
     """`logitlab models --base-url URL` (its arguments parsed by `app.cli.models_parser`)."""
-    spec = ModelSpec(source="", backend="remote", base_url=args.base_url or "", api_key_env=args.api_key_env)
     try:
-        model = _connect(spec)
-        try:
-            served = model.models()
-        finally:
-            model.close()
+        served = served_models(args.base_url or "", args.api_key_env)
     except ModelLoadError as e:
         print(f"logitlab models: error: {e}", file=sys.stderr)
         return 1
@@ -46,12 +40,6 @@ def models_main(args: argparse.Namespace) -> int:
         ctx = m.get("max_model_len") or m.get("context_length")
         print(m["id"] + (f"  (context {ctx:,})" if isinstance(ctx, int) else ""))
     return 0
-
-
-def _connect(spec: ModelSpec) -> RemoteModel:
-    if not spec.base_url:
-        raise RemoteError("give the server's base URL: --base-url http://host:port/v1")
-    return RemoteBackend().connect(spec.base_url, "", api_key(spec.base_url, spec.api_key_env))
 
 
 def bench_main(args: argparse.Namespace) -> int:

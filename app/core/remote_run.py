@@ -149,15 +149,20 @@ def _fork_clock(clock: Clock) -> Clock:
     return c
 
 
-def list_models(base_url: str, api_key_env: str | None = None, timeout: float = 10.0) -> list[str]:
-    """The names of the models a server serves (its /v1/models); a `RemoteError` line when it cannot say."""
+def served_models(base_url: str, api_key_env: str | None = None, timeout: float = 10.0) -> list[dict[str, Any]]:
+    """The models a server serves (its /v1/models entries); a `RemoteError` line when it cannot say."""
     if not base_url:
         raise RemoteError("give the server's base URL, e.g. http://127.0.0.1:8080/v1")
     model = RemoteBackend().connect(base_url, "", api_key(base_url, api_key_env), timeout)
     try:
-        return [m["id"] for m in model.models()]
+        return model.models()
     finally:
         model.close()
+
+
+def list_models(base_url: str, api_key_env: str | None = None, timeout: float = 10.0) -> list[str]:
+    """The names of the models a server serves."""
+    return [m["id"] for m in served_models(base_url, api_key_env, timeout)]
 
 
 @dataclass
