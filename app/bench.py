@@ -2,17 +2,22 @@
 
 Modes, interleaved run by run on the same loaded model and prompt: (1) our loop with the full per-step trace,
 (2) our loop with trace capture off, (3) the baseline (`model.generate` on torch, `mlx_lm.stream_generate` on
-MLX). Greedy and one sampling setting; medians over repeats after one warm-up run of each. Prints prefill and
-decode tokens/s, TTFT, the ratios (1)/(3) and (2)/(3), and the trace's memory per generated token.
+MLX), and on CUDA (4) `model.generate` with transformers' static cache, which it compiles. Greedy and one
+sampling setting; medians over repeats after one warm-up run of each. Prints prefill and decode tokens/s, TTFT,
+the ratios (1)/(3) and (2)/(3), and the trace's memory per generated token. With --compile on CUDA it counts
+inductor's CUDA-graph skips, and fails (exit 3) if our compiled step was not captured.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import statistics
+import sys
 import tempfile
 import threading
+import time
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -29,6 +34,9 @@ from app.arguments import (
     thread_count,
     to_json,
 )
+from app.bench_samples import line as samples_line
+from app.bench_samples import samples_vs_one
+from app.bench_table import OURS, graph_report, print_table
 from app.core.events import Finished, Request
 from app.core.generation import Prefix, generate
 from app.core.metrics import Metrics
@@ -43,11 +51,12 @@ from backends.baselines import (
     plain_model,
     read_bandwidth,
     save_random_llama,
+    watch_graph_skips,
     weight_bytes_read,
 )
 
 SETTINGS = {"greedy": SamplerSettings(temperature=0.0), "sampling": SamplerSettings(temperature=0.8, top_p=0.95)}
-MODES = ("trace", "no-trace", "baseline")
+MODES = ("trace", "no-trace", "baseline", "baseline-static")
 RANDOM_CONFIGS = {  # Llama shapes for "the model's own work dominates" runs, random weights made on the fly
     "0.1b": {"hidden_size": 768, "intermediate_size": 2048, "num_hidden_layers": 12, "num_attention_heads": 12,
              "num_key_value_heads": 4},
@@ -55,6 +64,8 @@ RANDOM_CONFIGS = {  # Llama shapes for "the model's own work dominates" runs, ra
              "num_key_value_heads": 8},
     "1b": {"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22, "num_attention_heads": 32,
            "num_key_value_heads": 4},
+    "7b": {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32,
+           "num_key_value_heads": 32},  # Llama-2-7B's shape
 }
 
 
@@ -95,8 +106,8 @@ def _row(m: Metrics) -> dict[str, float | None]:
 
 def run_mode(mode: str, backend: str, model: Any, ids: tuple[int, ...], n: int, s: SamplerSettings,
              seed: int) -> dict:
-    if mode == "baseline":  # the baseline's own generate, timed from outside: prefill is its TTFT
-        r = baseline(backend)(model, ids, n, s.temperature, s.top_p, seed)
+    if mode.startswith("baseline"):  # the baseline's own generate, timed from outside: prefill is its TTFT
+        r = baseline(backend, static=mode == "baseline-static")(model, ids, n, s.temperature, s.top_p, seed)
         return _row(Metrics(prompt_tokens=r["prompt_tokens"], generated_tokens=r["tokens"], ttft_s=r["ttft_s"],
                             prefill_s=r["ttft_s"], decode_s=r["decode_s"]))
     return run_ours(model, ids, n, s, mode == "trace", seed)
@@ -139,38 +150,81 @@ def batched(model: Any, ids: tuple[int, ...], tokens: int, n: int = 8, repeat: i
     return {"n": n, "tokens_per_s_1": statistics.median(rates[1]), "tokens_per_s_n": statistics.median(rates[n])}
 
 
-def bench(model: Any, plain: Any, backend: str, prompt_tokens: int, tokens: int, repeat: int) -> dict:
-    """`plain`: the model as the baseline loads it (see `plain_model`)."""
+class Phase:
+    """What the bench is running now, for a `GraphSkips` watch to file a skip under (no watch: a no-op)."""
+
+    def __init__(self, watch: Any = None) -> None:
+        self.watch = watch
+
+    def __call__(self, name: str) -> None:
+        if self.watch is not None:
+            self.watch.phase = name
+
+
+NO_PHASE = Phase()
+
+
+def bench(model: Any, plain: Any, backend: str, prompt_tokens: int, tokens: int, repeat: int,
+          modes: tuple[str, ...] = MODES[:3], quick: bool = False, phase: Phase = NO_PHASE) -> dict:
+    """`plain`: the model as the baseline loads it (see `plain_model`); `quick`: the decode modes only."""
     ids = make_prompt(model.tokenizer, prompt_tokens)
     compiled = getattr(getattr(model, "fast", None), "static_len", None) is not None
+    first: dict[str, float] = {}  # seconds of each mode's first run: compiling, where it compiles
     out: dict[str, Any] = {"model": model.info.name, "backend": backend, "device": model.info.device,
                            "threads": model.info.threads,
                            "compiled": compiled,
                            "dtype": model.info.dtype, "parameters": model.info.parameters,
                            "prompt_tokens": prompt_tokens, "tokens": tokens, "repeat": repeat,
-                           "baseline": BASELINE_NAMES[backend], "settings": {}}
-    subject = {m: plain if m == "baseline" else model for m in MODES}
+                           "baseline": BASELINE_NAMES[backend], "modes": list(modes), "settings": {},
+                           "first_run_s": first}
+    subject = {m: model if m in OURS else plain for m in modes}
     for name, s in SETTINGS.items():
-        for mode in MODES:  # warm-up, not counted
-            run_mode(mode, backend, subject[mode], ids, min(tokens, 16), s, 0)
-        runs: dict[str, list[dict]] = {m: [] for m in MODES}
+        for mode in modes:  # warm-up, not counted (the static baseline's at full length: it compiles for it)
+            phase(mode)
+            says = compiled and mode in OURS and not any(m in OURS for m in first)
+            warm = first_run(mode, backend, subject[mode], ids, tokens if mode == "baseline-static" else
+                             min(tokens, 16), s, says)
+            first.setdefault(mode, warm)
+        runs: dict[str, list[dict]] = {m: [] for m in modes}
         for r in range(repeat):
-            for mode in MODES:
+            for mode in modes:
+                phase(mode)
                 runs[mode].append(run_mode(mode, backend, subject[mode], ids, tokens, s, r + 1))
-        med = {m: {k: statistics.median(x[k] for x in rs) for k in rs[0]} for m, rs in runs.items()}
-        for m in ("trace", "no-trace"):
-            for what in ("decode", "prefill"):
-                key = f"{what}_tokens_per_s"
-                med[m][f"ratio_{what}_vs_baseline"] = _ratio(med[m][key], med["baseline"][key])
-        out["settings"][name] = med
-    out["trace_bytes_per_token"] = trace_bytes_per_token(model, ids, tokens)
-    out["prefix_reuse"] = prefix_reuse(model)
-    out["batched"] = batched(model, ids, tokens, repeat=repeat)
+        out["settings"][name] = medians(runs)
+    if not quick:
+        phase("extras")
+        out["trace_bytes_per_token"] = trace_bytes_per_token(model, ids, tokens)
+        out["prefix_reuse"] = prefix_reuse(model)
+        out["batched"] = batched(model, ids, tokens, repeat=repeat)
+        out["samples"] = samples_vs_one(model, ids, 16, tokens, repeat)  # "16 samples x 128 tokens vs 1 sample"
     out.update(roofline(model, backend, prompt_tokens + tokens // 2))
     for med in out["settings"].values():
-        for m in MODES:
+        for m in modes:
             med[m]["fraction_of_roofline"] = out["floor_s_per_token"] * med[m]["decode_tokens_per_s"]
     return out
+
+
+def first_run(mode: str, backend: str, model: Any, ids: tuple[int, ...], n: int, s: SamplerSettings,
+              compiles: bool) -> float:
+    """A warm-up run and its seconds; where it compiles our step, stderr says so first (it may take minutes)."""
+    if compiles:
+        print("compiling the decode step (--compile: a minute or more on a CPU the first time)…", file=sys.stderr,
+              flush=True)
+    t = time.perf_counter()
+    run_mode(mode, backend, model, ids, n, s, 0)
+    return time.perf_counter() - t
+
+
+def medians(runs: dict[str, list[dict]]) -> dict[str, dict]:
+    """Per mode, the median of each figure over its runs; ours with their ratios to the baselines run."""
+    med = {m: {k: statistics.median(x[k] for x in rs) for k in rs[0]} for m, rs in runs.items()}
+    for m in OURS:
+        for base, suffix in (("baseline", ""), ("baseline-static", "_static")):
+            if m in med and base in med:
+                for what in ("decode", "prefill"):
+                    key = f"{what}_tokens_per_s"
+                    med[m][f"ratio_{what}_vs_baseline{suffix}"] = _ratio(med[m][key], med[base][key])
+    return med
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -184,38 +238,6 @@ def roofline(model: Any, backend: str, context: int) -> dict[str, float]:
     bandwidth = read_bandwidth(backend, model.info.device)
     return {"bytes_read_per_token": read, "read_bandwidth_bytes_per_s": bandwidth,
             "floor_s_per_token": read / bandwidth}
-
-
-def print_table(r: dict) -> None:
-    mode = " (static cache + torch.compile)" if r["compiled"] else ""
-    n = r.get("threads")
-    threads = f" ({n} thread{'s' * (n != 1)})" if n else ""
-    print(f"{r['model']} ({r['parameters'] / 1e6:.1f}M params) on {r['backend']}{mode} / {r['device']}{threads} / "
-          f"{r['dtype']}, "
-          f"prompt {r['prompt_tokens']} tokens, {r['tokens']} generated, median of {r['repeat']}; "
-          f"baseline (3) = {r['baseline']}")
-    print(f"{'setting':9} {'mode':14} {'prefill tok/s':>13} {'decode tok/s':>12} {'TTFT ms':>8} {'decode ÷ (3)':>12}")
-    labels = {"trace": "(1) trace", "no-trace": "(2) no trace", "baseline": "(3) baseline"}
-    for name, med in r["settings"].items():
-        for m in MODES:
-            x = med[m]
-            ratio = x.get("ratio_decode_vs_baseline")
-            ratio = "" if m == "baseline" else "n/a" if ratio is None else f"{ratio:.3f}"
-            print(f"{name:9} {labels[m]:14} {x['prefill_tokens_per_s']:13.0f} {x['decode_tokens_per_s']:12.1f} "
-                  f"{x['ttft_s'] * 1000:8.1f} {ratio:>12}")
-    print(f"trace memory: {r['trace_bytes_per_token'] / 1024:.2f} KiB per generated token")
-    pr = r["prefix_reuse"]
-    print(f"prefix reuse: TTFT on a {pr['prompt_tokens']}-token prompt {pr['ttft_first_s'] * 1000:.1f} ms, re-run of "
-          f"the same prompt {pr['ttft_rerun_s'] * 1000:.1f} ms ({pr['ttft_first_s'] / pr['ttft_rerun_s']:.1f}x faster)")
-    b = r["batched"]
-    print(f"batched: {b['n']} samples of one prompt decode {b['tokens_per_s_n']:.0f} tok/s in all, one sample "
-          f"{b['tokens_per_s_1']:.0f} tok/s ({b['tokens_per_s_n'] / b['tokens_per_s_1']:.2f}x)")
-    base = {name: med["baseline"]["fraction_of_roofline"] for name, med in r["settings"].items()}
-    ours = {name: med["trace"]["fraction_of_roofline"] for name, med in r["settings"].items()}
-    print(f"roofline: {r['bytes_read_per_token'] / 1e6:.1f} MB read per token (weights + KV at mid-run) at "
-          f"{r['read_bandwidth_bytes_per_s'] / 1e9:.1f} GB/s ({r['backend']} summing 1 GiB on this device) = "
-          f"{r['floor_s_per_token'] * 1000:.2f} ms per token at best; reached: "
-          + ", ".join(f"{n} (1) {ours[n]:.0%} (3) {base[n]:.0%}" for n in ours))
 
 
 def parser() -> Parser:
@@ -236,10 +258,22 @@ def parser() -> Parser:
               "speed is timed between tokens: at least 2)")
     add_count(p, "--repeat", 1, None, 3, "timed runs per mode, after a warm-up; the median is reported")
     p.add_argument("--compile", action="store_true", help=COMPILE_HELP)
+    p.add_argument("--modes", type=modes_of, default=None, metavar="M,M", help="the modes to run, of "
+                   f"{', '.join(MODES)} (default: all; baseline-static on CUDA only: transformers compiles it there)")
+    p.add_argument("--quick", action="store_true", help="the decode modes only: no trace memory, prefix reuse or "
+                   "batched runs")
     p.add_argument("--threads", type=thread_count, metavar="N", help="torch: CPU threads (default: 1 for a model "
                    "under 50M parameters, else torch's default)")
     p.add_argument("--json", action="store_true", help="print the results as one JSON object")
     return p
+
+
+def modes_of(text: str) -> tuple[str, ...]:
+    modes = tuple(m.strip() for m in text.split(",") if m.strip())
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        raise argparse.ArgumentTypeError(f"{', '.join(unknown) or 'none given'}; choose from {', '.join(MODES)}")
+    return modes
 
 
 def main(argv: list[str]) -> int:
@@ -266,7 +300,7 @@ def main(argv: list[str]) -> int:
         if context and args.prompt_tokens + args.tokens > context:
             return fail(f"--prompt-tokens {args.prompt_tokens} + --tokens {args.tokens} do not fit the model's "
                         f"context of {context:,} tokens", 2, PROG)
-        result = bench(model, plain, backend, args.prompt_tokens, args.tokens, args.repeat)
+        result = run_bench(args, backend, model, plain)
     except KeyboardInterrupt:
         return 130
     finally:
@@ -276,7 +310,33 @@ def main(argv: list[str]) -> int:
         print(to_json(result, indent=1))
     else:
         print_table(result)
-    return 0
+        if "samples" in result:
+            print(samples_line(result["samples"]))
+    return graphs_verdict(result)
+
+
+def run_bench(args: Any, backend: str, model: Any, plain: Any) -> dict:
+    """`bench` with the modes this device runs; on CUDA under a watch of inductor's CUDA-graph skips."""
+    cuda = backend == "torch" and model.info.device.startswith("cuda")
+    modes = args.modes or (MODES if cuda else MODES[:3])
+    modes = tuple(m for m in modes if m != "baseline-static" or backend == "torch")
+    with watch_graph_skips(cuda) as watch:
+        result = bench(model, plain, backend, args.prompt_tokens, args.tokens, args.repeat, modes, args.quick,
+                       Phase(watch))
+    if watch is not None:
+        result["cuda_graphs"] = graph_report(watch)
+    return result
+
+
+def graphs_verdict(result: dict) -> int:
+    """3, said on stderr, when our compiled step ran on CUDA without its CUDA graph; else 0."""
+    g = result.get("cuda_graphs")
+    if not result["compiled"] or g is None or not (g["skips_ours"] or g["skips_unattributed"]):
+        return 0
+    print(f"{PROG}: CUDA graphs were SKIPPED for the compiled decode step ({g['skips_ours']} skips, "
+          f"{g['skips_unattributed']} without a reason): {'; '.join(g['reasons']) or 'see torch log'}",
+          file=sys.stderr)
+    return 3
 
 
 def load(args: Any) -> tuple[str, Any, Any, Path]:
@@ -290,7 +350,8 @@ def load(args: Any) -> tuple[str, Any, Any, Path]:
     try:
         model = backend.load(path, LoadOptions(device=args.device, dtype=args.dtype, compile_len=compile_len,
                                                   threads=args.threads))
-        return backend.name, model, plain_model(backend.name, path, model), path
+        no_baseline = args.modes is not None and not any(m.startswith("baseline") for m in args.modes)
+        return backend.name, model, model if no_baseline else plain_model(backend.name, path, model), path
     except BaseException:
         if args.random:
             shutil.rmtree(path, ignore_errors=True)

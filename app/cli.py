@@ -9,6 +9,7 @@ when that command runs, so that `--help` and a bad flag answer at once; those mo
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,16 +24,34 @@ from app.arguments import (
     fail,
     thread_count,
 )
+from app.beam_cli import add_beam_args, run_beams
+from app.core.compare import Axis, compile_pattern, make_grid, parse_axis
 from app.core.events import Message, Request
 from app.core.models import ModelSpec
+from app.core.prompt_sets import read_prompt_set
 from app.core.sampling import RECORD_K
-from app.core.settings import FIELDS, MAX_SEED, SamplerSettings, SettingsError, StageOrder, read_escapes
+from app.core.settings import (
+    DRY_BREAKERS,
+    ENGINE_CHAINS,
+    FIELDS,
+    MAX_BIAS,
+    MAX_SEED,
+    STAGES,
+    SamplerSettings,
+    SettingsError,
+    StageOrder,
+    parse_order,
+    read_escapes,
+)
+from app.speculative_cli import add_draft_args, run_draft
 from backends.base import LoadOptions
 
 USAGE = """logitlab [options]             open the window
        logitlab generate [options]    stream a completion to standard output
+       logitlab sweep [options]       N samples under each cell of a grid of settings, with statistics
        logitlab bench [options]       time generation against a baseline
-       logitlab models [options]      list the models you have (built-in, HF cache, the window's model folders)"""
+       logitlab models [options]      list the models you have (built-in, HF cache, the window's model folders)
+       logitlab diff [options]        compare two variants of a model token by token (KL, top-1 agreement)"""
 MAX_SAMPLES = 64  # --n, and so the requests at once that --concurrency may ask for
 COMPILE_LEN = 1024  # the static cache's length: every compiled step attends over all of it (masked)
 
@@ -69,15 +88,55 @@ def add_sampler_args(p: argparse.ArgumentParser) -> None:
     add_count(p, "--seed", 0, MAX_SEED, None, "random seed (default: a new one each run, reported)")
     p.add_argument("--stop", action="append", default=[], help=r"stop string (repeatable), not shown; \n is a "
                    r"newline, \t a tab, \r a carriage return, \\ a backslash (as in the window's box)")
-    p.add_argument("--order", choices=[o.value for o in StageOrder], default=StageOrder.TEMPERATURE_FIRST.value,
-                   help="temperature before the filters (transformers, vLLM) or after them (llama.cpp, mlx-lm)")
+    p.add_argument("--order", type=stage_order, default=stage_order(StageOrder.TEMPERATURE_FIRST.value),
+                   metavar="ORDER", help="the stages' order: temperature-first (default) or temperature-last, an "
+                   f"engine's ({', '.join(ENGINE_CHAINS)}), or stage names with commas ({','.join(STAGES)}); the "
+                   "stages it leaves out follow in the default order")
+    p.add_argument("--logit-bias", type=bias_pair, action="append", default=[], metavar="ID=VALUE",
+                   help=f"add VALUE (±{MAX_BIAS:g}) to token ID's logit (repeatable)")
+    p.add_argument("--dry-breakers", type=breaker_list, default=DRY_BREAKERS, metavar="JSON",
+                   help="DRY's sequence breakers, a JSON list of strings: a token holding one ends a repeat "
+                        '(default: ["\\n", ":", "\\"", "*"], as llama.cpp)')
     add_count(p, "--top-n", 1, RECORD_K, 20, "candidates recorded per step")
 
 
 def settings_from(args: argparse.Namespace) -> SamplerSettings:
     values = {f.name: getattr(args, f.name) for f in FIELDS}
     return SamplerSettings(**values, seed=args.seed, stop=tuple(read_escapes(s) for s in args.stop),
-                           order=StageOrder(args.order))
+                           order=args.order[0], chain=args.order[1], logit_bias=tuple(args.logit_bias),
+                           dry_breakers=args.dry_breakers)
+
+
+def stage_order(text: str) -> tuple[StageOrder, tuple[str, ...]]:
+    """--order's value, read by the settings' own `parse_order` (its message on a bad name)."""
+    try:
+        return parse_order(text)
+    except SettingsError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def breaker_list(text: str) -> tuple[str, ...]:
+    """--dry-breakers: a JSON list of non-empty strings."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, list) or not all(isinstance(b, str) and b for b in value):
+        raise argparse.ArgumentTypeError(f'expected a JSON list of non-empty strings, e.g. ["\\n", ":"], got {text!r}')
+    return tuple(value)
+
+
+def bias_pair(text: str) -> tuple[int, float]:
+    """--logit-bias ID=VALUE."""
+    tid, sep, value = text.partition("=")
+    try:
+        pair = int(tid), float(value)
+    except ValueError:
+        pair = None
+    if not sep or pair is None or pair[0] < 0 or not -MAX_BIAS <= pair[1] <= MAX_BIAS:
+        raise argparse.ArgumentTypeError(f"expected ID=VALUE (a token id ≥ 0, a value from {-MAX_BIAS:g} to "
+                                         f"{MAX_BIAS:g}), got {text!r}")
+    return pair
 
 
 def spec_from(args: argparse.Namespace) -> ModelSpec:
@@ -102,7 +161,62 @@ def generate_parser() -> argparse.ArgumentParser:
     p.add_argument("--trace", help="save the run's trace to this file (JSON Lines; `logitlab --open FILE` shows it); "
                    "with --n, one file per sample: NAME.0.jsonl, NAME.1.jsonl, ...")
     p.add_argument("--json", action="store_true", help="write JSON Lines to stdout instead of text")
+    add_stats_args(p)
+    add_beam_args(p)
+    add_draft_args(p)
     return p
+
+
+def add_stats_args(p: argparse.ArgumentParser) -> None:
+    """--stats (generate) and --match: the samples' statistics (`app.core.compare`), as JSON Lines."""
+    p.add_argument("--stats", action="store_true", help="JSON Lines: a line per sample (length, mean log-probability, "
+                   "perplexity, text), then the set's statistics (distinct-1/2, unique completions, agreement...)")
+    p.add_argument("--match", metavar="REGEX", help="with --stats or sweep: also the share of samples whose text "
+                   "this regular expression matches (re.search)")
+
+
+def sweep_parser() -> argparse.ArgumentParser:
+    p = Parser(prog="logitlab sweep", description="N samples of a prompt under each cell of a grid of settings; "
+               "a line of statistics per cell (JSON Lines, or CSV).")
+    add_model_args(p)
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--prompt", help="the prompt (default: --prompt-file, else standard input)")
+    src.add_argument("--prompt-file", help="read the prompt from this file")
+    src.add_argument("--prompt-set", metavar="FILE", help="run every prompt of this file: CSV (a 'prompt' column, "
+                     "else the first) or JSON Lines (objects with a 'prompt' field, or strings)")
+    add_sampler_args(p)
+    p.add_argument("--grid", action="append", type=grid_axis, required=True, metavar="NAME=V1,V2,...",
+                   help="a swept setting and its values (once or twice: rows, then columns), e.g. "
+                        "--grid temperature=0.2,0.7,1.2 --grid top_p=0.8,0.95,1")
+    add_count(p, "--n", 1, MAX_SAMPLES, 8, "samples per cell, decoded together in one batch")
+    p.add_argument("--format", choices=["jsonl", "csv"], default="jsonl", help="a JSON line or a CSV row per cell")
+    add_stats_args(p)
+    return p
+
+
+def grid_axis(text: str) -> Axis:
+    try:
+        return parse_axis(text)
+    except SettingsError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def run_sweep(argv: Sequence[str]) -> int:
+    from app.compare_cli import SweepPlan, sweep_to_terminal
+
+    args = sweep_parser().parse_args(argv)
+    try:
+        settings = settings_from(args)
+        check_base_url(args.base_url)
+        cells = tuple(make_grid(settings, args.grid))
+        pattern = compile_pattern(args.match).pattern if args.match else None
+        prompts = read_prompt_set(args.prompt_set) if args.prompt_set else (read_prompt(args),)
+    except SettingsError as e:
+        return fail(str(e), 2, "logitlab sweep")
+    templates = tuple(Request(model=spec_from(args), prompt=text, settings=settings, top_n=args.top_n, n=args.n)
+                      for text in prompts)
+    plan = SweepPlan(templates, cells, tuple(a.name for a in args.grid), pattern, args.format == "csv")
+    return sweep_to_terminal(plan)
 
 
 def window_parser() -> argparse.ArgumentParser:
@@ -166,19 +280,43 @@ def run_generate(argv: Sequence[str]) -> int:
         messages = ((Message("system", args.system),) if args.system else ()) + (Message("user", prompt),)
     request = Request(model=spec_from(args), prompt=prompt, messages=messages, settings=settings,
                       top_n=args.top_n, n=args.n)
+    if args.beams:
+        return run_beams(args, request.model, prompt, messages)
+    if args.draft_model:
+        return run_draft(request, args)
+    if args.stats or args.match:
+        return run_stats(request, args)
     return stream_to_terminal(request, json_out=args.json, trace_path=args.trace)
+
+
+def run_stats(request: Request, args: argparse.Namespace) -> int:
+    from app.compare_cli import stats_to_terminal
+
+    if args.json:
+        return fail("--stats writes its own JSON Lines: leave out --json", 2, "logitlab generate")
+    try:
+        pattern = compile_pattern(args.match).pattern if args.match else None
+    except SettingsError as e:
+        return fail(str(e), 2, "logitlab generate")
+    return stats_to_terminal(request, pattern, args.trace)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "generate":
         return run_generate(argv[1:])
+    if argv and argv[0] == "sweep":
+        return run_sweep(argv[1:])
     if argv and argv[0] == "bench":
         from app.bench import main as bench_main
 
         return bench_main(argv[1:])
     if argv and argv[0] == "models":
         return run_models(argv[1:])
+    if argv and argv[0] == "diff":
+        from app.diff_cli import main as diff_main
+
+        return diff_main(argv[1:])
     args = window_parser().parse_args(argv)
     try:
         settings = settings_from(args)

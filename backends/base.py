@@ -134,6 +134,7 @@ class LoadedModel(Model, Protocol):
     def cache_len(self, cache: Any) -> int: ...  # positions each row holds
     def trim(self, cache: Any, n: int) -> None: ...  # drop the last n positions of every row, in place
     def fork(self, cache: Any, n: int) -> Any: ...  # a new cache: n copies of a batch-1 cache, which stays usable
+    def reorder(self, cache: Any, rows: Sequence[int]) -> None: ...  # in place: row i becomes old row rows[i]
     def cache_bytes(self, cache: Any) -> int: ...
 
 

@@ -8,7 +8,8 @@ token), prefill tokens/s (prompt ÷ TTFT) and decode tokens/s ((n - 1) ÷ first-
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -23,7 +24,9 @@ def _result(prompt_len: int, start: float, stamps: list[float]) -> dict[str, flo
 
 
 def torch_generate(model: Any, prompt_ids: Sequence[int], n: int, temperature: float, top_p: float,
-                   seed: int) -> dict[str, float]:
+                   seed: int, cache: str | None = None) -> dict[str, float]:
+    """`cache="static"`: transformers' static KV cache, with which its `generate` compiles the forward on CUDA
+    (for every new length: call it at the length timed first)."""
     import torch
 
     class Stamps:  # a transformers streamer that only records when each token arrives
@@ -43,6 +46,8 @@ def torch_generate(model: Any, prompt_ids: Sequence[int], n: int, temperature: f
     ids = torch.tensor([list(prompt_ids)], device=model.device)
     sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0} if temperature else {
         "do_sample": False}
+    if cache:
+        sampling["cache_implementation"] = cache
     stamps = Stamps()
     start = time.perf_counter()
     with torch.inference_mode():
@@ -195,8 +200,28 @@ def plain_model(backend: str, path: Path, ours: Any) -> Any:
     return SimpleNamespace(model=hf, device=ours.device, tokenizer=ours.tokenizer)
 
 
-def baseline(backend: str) -> Any:
+def torch_generate_static(model: Any, prompt_ids: Sequence[int], n: int, temperature: float, top_p: float,
+                          seed: int) -> dict[str, float]:
+    return torch_generate(model, prompt_ids, n, temperature, top_p, seed, cache="static")
+
+
+def baseline(backend: str, static: bool = False) -> Any:
+    """The baseline's run; `static`: transformers' static-cache `generate` (torch only)."""
+    if static:
+        return torch_generate_static
     return {"torch": torch_generate, "mlx": mlx_generate}[backend]
 
 
 BASELINE_NAMES = {"torch": "transformers model.generate", "mlx": "mlx_lm.stream_generate"}
+
+
+@contextmanager
+def watch_graph_skips(cuda: bool) -> Iterator[Any]:
+    """On CUDA a `GraphSkips` watch of inductor's CUDA-graph skips while the block runs; elsewhere None."""
+    if not cuda:
+        yield None
+        return
+    from backends.torch_static import GraphSkips
+
+    with GraphSkips() as watch:
+        yield watch

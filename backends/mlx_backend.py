@@ -8,6 +8,7 @@ cache is mlx-lm's list of per-layer caches, whose arrays carry the batch on axis
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -169,6 +170,14 @@ class MlxModel:
             mx.eval([c.state for c in forked])
         return forked
 
+    def reorder(self, cache: list[Any], rows: Sequence[int]) -> None:
+        """Row i becomes the old row `rows[i]`, in place (repeats allowed: beam search); nothing is recomputed."""
+        idx = mx.array(np.asarray(rows, dtype=np.int32))
+        with mx.stream(self.stream):
+            for i, c in enumerate(cache):
+                cache[i] = _map_arrays(c, lambda a: a[idx])
+            mx.eval([c.state for c in cache])
+
     def cache_bytes(self, cache: list[Any]) -> int:
         return sum(c.nbytes for c in cache)
 
@@ -255,21 +264,27 @@ def _rows(cache: list[Any]) -> int:
     return keys.shape[0] if isinstance(keys, mx.array) else 0
 
 
-def _fork_value(v: Any, n: int) -> Any:
-    """`v` with every array repeated n times along the batch axis (a copy even for n = 1), walking into lists,
-    tuples, dicts and nested caches; any other attribute (offsets, sizes) is copied as is."""
+def _map_arrays(v: Any, fn: Any) -> Any:
+    """`v` with `fn` applied to every array in it, walking into lists, tuples, dicts and mlx-lm caches; any other
+    attribute (offsets, sizes) is kept as is."""
     if isinstance(v, mx.array):
-        return mx.repeat(v, n, axis=0)
+        return fn(v)
     if isinstance(v, (list, tuple)):
-        return type(v)(_fork_value(x, n) for x in v)
+        return type(v)(_map_arrays(x, fn) for x in v)
     if isinstance(v, dict):
-        return {k: _fork_value(x, n) for k, x in v.items()}
+        return {k: _map_arrays(x, fn) for k, x in v.items()}
     if hasattr(v, "is_trimmable"):  # an mlx-lm cache (of one layer, or a list of them)
         out = copy.copy(v)
         for k, x in vars(v).items():
-            setattr(out, k, _fork_value(x, n))
+            setattr(out, k, _map_arrays(x, fn))
         return out
     return v
+
+
+def _fork_value(v: Any, n: int) -> Any:
+    """`v` with every array repeated n times along the batch axis (a copy even for n = 1), walking into lists,
+    tuples, dicts and nested caches; any other attribute (offsets, sizes) is copied as is."""
+    return _map_arrays(v, lambda a: mx.repeat(a, n, axis=0))
 
 
 def _nbytes(model: nn.Module) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,8 @@ from backends.hf_tokenizer import HFTokenizer, load_tokenizer
 from backends.ops import NUMPY
 from backends.threads import choose_threads
 from backends.torch_fast import FastLlama, supports
+from backends.torch_host import HostCopies
+from backends.torch_static import compile_sampler
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 DEFAULT_THREADS = torch.get_num_threads()  # torch's own choice (physical cores), before any rule set one
@@ -42,25 +45,28 @@ class TorchOps:
 
     name = "torch"
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, compile_steps: bool = False) -> None:
         self.device = device
+        self.compile_steps = compile_steps  # the sampler's step compiled too (with --compile on a GPU)
         self.overlap = device.type != "cpu"  # CUDA and MPS kernels run asynchronously
         self.host_record = False  # on the CPU the whole sampler already runs on numpy
+        self.copies = HostCopies(device)  # the record read through pinned memory, the device not waited for
 
     def f32(self, x: Any) -> torch.Tensor:
-        return torch.as_tensor(x, dtype=torch.float32, device=self.device)
+        return self.copies.upload(x, torch.float32)
 
     def numpy(self, x: torch.Tensor) -> np.ndarray:
-        return x.detach().cpu().numpy()
+        return self.copies.read(x)
 
     def sync(self, arrays: list[torch.Tensor]) -> None:
-        pass  # .cpu() synchronizes
+        pass  # reading waits for what it reads
 
     def compile(self, fn: Any) -> Any:
-        return fn  # torch.compile's warm-up would cost more than a run saves
+        # uncompiled unless asked: torch.compile's warm-up (per sampler setting) costs more than a short run saves
+        return compile_sampler(fn, self.device) if self.compile_steps else fn
 
     def start(self, arrays: list[torch.Tensor]) -> None:
-        pass  # eager: on CUDA the kernels are already queued
+        self.copies.start(arrays)  # the kernels are already queued; their host copies follow them
 
     def where(self, cond: torch.Tensor, a: Any, b: Any) -> torch.Tensor:
         return torch.where(cond, a, b)
@@ -87,7 +93,9 @@ class TorchOps:
         return x[i[order]], i[order]
 
     def take(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-        return x[idx]
+        if x.dim() != 1:
+            return x[idx]
+        return x.index_select(0, idx.reshape(-1)).reshape(idx.shape)  # torch.compile traces it; x[0-d idx] not
 
     def scatter(self, x: torch.Tensor, idx: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         out = x.clone()
@@ -117,7 +125,7 @@ class TorchOps:
         return torch.zeros(n, dtype=torch.float32, device=self.device)
 
     def stack(self, xs: list[torch.Tensor]) -> torch.Tensor:
-        return torch.stack([torch.as_tensor(x, device=self.device) for x in xs])
+        return torch.stack([self.copies.upload(x) for x in xs])
 
 
 def pick_device(requested: str | None) -> torch.device:
@@ -163,7 +171,8 @@ class TorchModel:
                  options: LoadOptions) -> None:
         self.model, self.tokenizer, self.info, self.device = model, tokenizer, info, device
         self.fast = FastLlama(model, options.compile_len) if options.fast and supports(model) else None
-        self.ops = NUMPY if device.type == "cpu" else TorchOps(device)
+        compiled = self.fast is not None and self.fast.compiled is not None
+        self.ops = NUMPY if device.type == "cpu" else TorchOps(device, compile_steps=compiled and device.type == "cuda")
         self._cache_arg = cache_argument(model)
 
     def new_cache(self) -> Any:
@@ -203,6 +212,15 @@ class TorchModel:
         if n > 1:
             forked.batch_repeat_interleave(n)
         return forked
+
+    @torch.inference_mode()
+    def reorder(self, cache: Any, rows: Sequence[int]) -> None:
+        """Row i becomes the old row `rows[i]` (repeats allowed: beam search), without computing anything again."""
+        idx = torch.as_tensor(list(rows), dtype=torch.long, device=self.device)
+        if self.fast is not None:
+            self.fast.reorder(cache, idx)
+        else:
+            cache.reorder_cache(idx)
 
     def cache_bytes(self, cache: Any) -> int:
         if self.fast is not None:

@@ -15,7 +15,6 @@ storage, so the weights exist once; on a GPU the layout is left as is (a transpo
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +22,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812 - the usual name
 
 from backends.base import Positions, check_fork, check_forward, check_rows
+from backends.torch_static import CompiledSteps
 
 FAST_TYPES = {"llama", "mistral", "qwen2"}
 
@@ -59,8 +59,9 @@ class FastCache:
 
 
 class FastLlama:
-    """`compile_len`: opt in to a static KV cache of that many positions and a torch.compile'd decode step
-    (CUDA graphs on a GPU), as gpt-fast does; the first steps then pay for compiling."""
+    """`compile_len`: opt in to a static KV cache of that many positions and a torch.compile'd decode step per
+    batch size of `torch_static.BATCH_SIZES` on CUDA (CUDA graphs; one row on a CPU), as gpt-fast does; the first
+    steps then pay for compiling."""
 
     def __init__(self, hf: Any, compile_len: int | None = None) -> None:
         c = hf.config
@@ -83,19 +84,10 @@ class FastLlama:
         self.w = Weights(embed=embed, norm=m.norm.weight, lm_head=lm_head, cos=cos, sin=sin, layers=layers)
         self.device, self.dtype = embed.device, embed.dtype
         self.static_len = min(compile_len, self.max_len) if compile_len else None
-        self._compiled = None
-        self._compiled_once = False
-        if self.static_len:
-            import torch._inductor.config as inductor
-            from torch._inductor import select_algorithm
-
-            # Weights become constants; on a CPU max-autotune then picks its own micro-GEMM for the one-row
-            # products (43 vs 20 GB/s read, measured on the 0.1B's matrices). On a GPU: CUDA graphs.
-            inductor.freezing = True
-            select_algorithm.PRINT_AUTOTUNE = False  # its table goes to stderr, over the user's output
-            inductor.max_autotune_report_choices_stats = False  # and so do its choices' stats (torch 2.13)
-            mode = "reduce-overhead" if self.device.type == "cuda" else "max-autotune"
-            self._compiled = torch.compile(StaticStep(self), mode=mode, fullgraph=True, dynamic=False)
+        # On a CPU weights become constants and max-autotune picks its own micro-GEMM for the one-row products
+        # (43 vs 20 GB/s read, measured on the 0.1B's matrices). On a GPU: CUDA graphs (`torch_static`).
+        self.compiled = CompiledSteps(self, len(layers), (self.kv_heads, self.static_len, self.head_dim),
+                                      self.dtype, self.device) if self.static_len else None
 
     def _layer(self, layer: Any) -> Weights:
         a, mlp = layer.self_attn, layer.mlp
@@ -159,10 +151,10 @@ class FastLlama:
         if p + t > self.max_len:
             raise ValueError(f"the context holds {self.max_len} tokens")
         self._reserve(cache, b, p + t)
-        if (self._compiled is not None and b == t == 1 and positions == "last"
-                and cache.k[0].shape[2] == self.static_len):  # other batch sizes would compile again: eager
+        if (self.compiled is not None and t == 1 and b in self.compiled.sizes and positions == "last"
+                and cache.k[0].shape[2] == self.static_len):  # other shapes would compile again: eager
             cache.pos = p + 1
-            return self._static_step(ids, torch.tensor(p, device=ids.device), cache)
+            return self.compiled.run(ids, p, cache)
         w = self.w
         x = F.embedding(ids.reshape(-1), w.embed)  # (b * t, hidden)
         cos, sin = w.cos[p : p + t], w.sin[p : p + t]
@@ -181,28 +173,18 @@ class FastLlama:
         logits = (F.rms_norm(x, (x.shape[-1],), w.norm, self.eps) @ w.lm_head).float()
         return logits.view(b, t, -1) if positions == "all" else logits
 
-    def _static_step(self, ids: torch.Tensor, pos: torch.Tensor, cache: FastCache) -> torch.Tensor:
-        if self._compiled_once:
-            return self._compiled(ids, pos, cache.k, cache.v)
-        with warnings.catch_warnings():  # compiling, torch warns about its own internals (TypedStorage, jit):
-            warnings.simplefilter("ignore")  # nothing a user can act on, printed over their output
-            out = self._compiled(ids, pos, cache.k, cache.v)
-        self._compiled_once = True
-        return out
-
-    def decode_static(self, w: Weights, ids: torch.Tensor, pos: torch.Tensor, ks: list[torch.Tensor],
-                      vs: list[torch.Tensor]) -> torch.Tensor:
-        """One decode step of (B, 1) tokens over fixed-size KV buffers (masked past `pos`): fixed shapes, so it
-        compiles once. Returns (B, V)."""
+    def decode_static(self, w: Weights, ids: torch.Tensor, pos: torch.Tensor,
+                      kv: torch.nn.ModuleList) -> torch.Tensor:
+        """One decode step of (B, 1) tokens at position `pos` (0-d) over the `LayerKV` buffers of a static step
+        (attending over all of them, masked past `pos`): fixed shapes, so it compiles once. Returns (B, V)."""
         b = ids.shape[0]
         x = F.embedding(ids.reshape(-1), w.embed)  # (b, hidden)
         cos, sin = w.cos.index_select(0, pos[None]), w.sin.index_select(0, pos[None])
-        mask = (torch.arange(ks[0].shape[2], device=ids.device) <= pos)[None]
-        for i, layer in enumerate(w.layers):
+        mask = (torch.arange(self.static_len, device=ids.device) <= pos)[None]
+        for layer, layer_kv in zip(w.layers, kv, strict=True):
             q, k, v = self._qkv(layer, F.rms_norm(x, (x.shape[-1],), layer.ln1, self.eps), b, cos, sin)
-            ks[i].index_copy_(2, pos[None], k)
-            vs[i].index_copy_(2, pos[None], v)
-            x = x + self._attend(layer, q, ks[i], vs[i], mask)
+            keys, values = layer_kv.update(pos[None], k, v)
+            x = x + self._attend(layer, q, keys, values, mask)
             x = x + self._mlp(layer, x)
         return (F.rms_norm(x, (x.shape[-1],), w.norm, self.eps) @ w.lm_head).float()
 
@@ -236,20 +218,14 @@ class FastLlama:
         return FastCache([k.repeat(n, 1, 1, 1) for k in cache.k], [v.repeat(n, 1, 1, 1) for v in cache.v],
                          cache.pos)
 
+    @torch.inference_mode()
+    def reorder(self, cache: FastCache, rows: torch.Tensor) -> None:
+        """Row i becomes the old row `rows[i]`, in place (new buffers: rows may repeat)."""
+        cache.k[:] = [k.index_select(0, rows) for k in cache.k]
+        cache.v[:] = [v.index_select(0, rows) for v in cache.v]
+
     def cache_bytes(self, cache: FastCache) -> int:
         return sum(b.numel() * b.element_size() for b in (*cache.k, *cache.v))
-
-
-class StaticStep(torch.nn.Module):
-    """`FastLlama.decode_static` as a module that owns the weights, for torch.compile (see `Weights`)."""
-
-    def __init__(self, fast: FastLlama) -> None:
-        super().__init__()
-        self.w, self.fast = fast.w, fast
-
-    def forward(self, ids: torch.Tensor, pos: torch.Tensor, ks: list[torch.Tensor],
-                vs: list[torch.Tensor]) -> torch.Tensor:
-        return self.fast.decode_static(self.w, ids, pos, ks, vs)
 
 
 def _mm(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

@@ -1,6 +1,7 @@
 """Build Logit Lab as a desktop bundle with PyInstaller: a one-folder app on Linux (`DIST/logitlab/logitlab`), a
-`.app` on macOS (`DIST/Logit Lab.app`). Both carry the built-in model (resources/builtin-model, found through the
-package's own path, which PyInstaller keeps under the bundle's root) and every transformers architecture; the
+`.app` on macOS (`DIST/Logit Lab.app`). Both carry the built-in model and its speculative draft (resources/builtin-model
+and builtin-draft, found through the package's own path, which PyInstaller keeps under the bundle's root) and every
+transformers architecture; the
 macOS one also carries MLX with its Metal kernels (mlx.metallib, beside libmlx). Builds for the machine it runs on.
 
     python3 -m pip install pyinstaller && python3 packaging/build.py [--dist DIR] [--work DIR] [--backends torch,mlx]
@@ -29,7 +30,8 @@ DEFAULT_BACKENDS = {"darwin": "mlx,torch", "linux": "torch"}
 def common_args(dist: Path, work: Path, backends: list[str]) -> list[str]:
     args = ["--noconfirm", "--log-level", "WARN", "--distpath", str(dist), "--workpath", str(work),
             "--specpath", str(work), "--paths", str(ROOT),
-            "--add-data", f"{ROOT / 'resources' / 'builtin-model'}{os.pathsep}resources/builtin-model"]
+            *(arg for name in ("builtin-model", "builtin-draft")
+              for arg in ("--add-data", f"{ROOT / 'resources' / name}{os.pathsep}resources/{name}"))]
     for package in sorted({p for b in backends for p in DYNAMIC[b]}):
         args += ["--collect-submodules", package]
     for package in (METADATA if "torch" in backends else []):

@@ -5,6 +5,12 @@ decoder with a byte-level BPE tokenizer trained on the spot. Writes a Hugging Fa
 (config.json, model.safetensors in float16, tokenizer files, README.md model card).
 
     python packaging/train_builtin_model.py --out resources/builtin-model --steps 1500
+
+A draft model for speculative decoding reuses the built-in model's tokenizer exactly (its files are copied, not
+retrained) and is smaller:
+
+    python packaging/train_builtin_model.py --out resources/builtin-draft --tokenizer resources/builtin-model \
+        --hidden 128 --layers 2 --heads 4 --kv-heads 2 --intermediate 352 --steps 1500 --name "built-in draft model"
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import argparse
 import hashlib
 import json
 import math
+import shutil
 import sys
 import sysconfig
 import time
@@ -76,10 +83,19 @@ def encode_all(tok: Tokenizer, texts: list[str]) -> np.ndarray:
     return np.asarray(ids, dtype=np.int64)
 
 
-def make_config() -> LlamaConfig:
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+def load_tokenizer(folder: Path) -> Tokenizer:
+    """Another model's tokenizer, as is (for a draft model, which must tokenize exactly like its target)."""
+    return Tokenizer.from_file(str(folder / "tokenizer.json"))
+
+
+def make_config(args: argparse.Namespace) -> LlamaConfig:
     return LlamaConfig(
-        vocab_size=VOCAB, hidden_size=256, intermediate_size=704, num_hidden_layers=6,
-        num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=1024,
+        vocab_size=VOCAB, hidden_size=args.hidden, intermediate_size=args.intermediate,
+        num_hidden_layers=args.layers, num_attention_heads=args.heads, num_key_value_heads=args.kv_heads,
+        head_dim=args.hidden // args.heads, max_position_embeddings=1024,
         rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=True,
         bos_token_id=0, eos_token_id=0, torch_dtype="float16",
     )
@@ -110,6 +126,13 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--tokenizer", type=Path, help="reuse this model folder's tokenizer files instead of training one")
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--layers", type=int, default=6)
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--kv-heads", type=int, default=4)
+    ap.add_argument("--intermediate", type=int, default=704)
+    ap.add_argument("--name", default="built-in model", help="the model card's title: Logit Lab <name>")
     args = ap.parse_args()
 
     torch.manual_seed(args.seed)
@@ -117,11 +140,11 @@ def main() -> None:
     train_files, val_files = source_files()
     train_texts, val_texts = [read(p) for p in train_files], [read(p) for p in val_files]
     print(f"files: {len(train_files)} train, {len(val_files)} validation", flush=True)
-    tok = train_tokenizer(train_texts)
+    tok = load_tokenizer(args.tokenizer) if args.tokenizer else train_tokenizer(train_texts)
     train_ids, val_ids = encode_all(tok, train_texts), encode_all(tok, val_texts)
     print(f"tokens: {len(train_ids):,} train, {len(val_ids):,} validation", flush=True)
 
-    model = LlamaForCausalLM(make_config()).to(args.device)
+    model = LlamaForCausalLM(make_config(args)).to(args.device)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"parameters: {n_params:,}", flush=True)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
@@ -151,9 +174,7 @@ def main() -> None:
 def save(args, model, tok, n_params, n_train, val_loss, seconds, n_train_files, n_val_files) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     model.half().save_pretrained(args.out, safe_serialization=True)
-    fast = PreTrainedTokenizerFast(tokenizer_object=add_bos(tok), eos_token=EOS, bos_token=EOS, unk_token=EOS)
-    fast.model_max_length = 1024
-    fast.save_pretrained(args.out)
+    save_tokenizer(args, tok)
     tokens_seen = args.steps * args.batch * SEQ
     stats = {
         "parameters": n_params, "training_tokens_seen": tokens_seen, "corpus_tokens": n_train,
@@ -163,8 +184,33 @@ def save(args, model, tok, n_params, n_train, val_loss, seconds, n_train_files, 
         "train_files": n_train_files, "validation_files": n_val_files,
     }
     (args.out / "training.json").write_text(json.dumps(stats, indent=2) + "\n")
-    (args.out / "README.md").write_text(CARD.format(**stats))
+    (args.out / "README.md").write_text(CARD.format(**stats, **card_fields(args)))
     print(json.dumps(stats), flush=True)
+
+
+def save_tokenizer(args: argparse.Namespace, tok: Tokenizer) -> None:
+    """A reused tokenizer's files are copied byte for byte; a trained one is saved with the BOS template."""
+    if args.tokenizer:
+        for name in TOKENIZER_FILES:
+            shutil.copyfile(args.tokenizer / name, args.out / name)
+        return
+    fast = PreTrainedTokenizerFast(tokenizer_object=add_bos(tok), eos_token=EOS, bos_token=EOS, unk_token=EOS)
+    fast.model_max_length = 1024
+    fast.save_pretrained(args.out)
+
+
+def card_fields(args: argparse.Namespace) -> dict:
+    shape = (f"{args.layers} layers, hidden {args.hidden}, {args.heads} heads / {args.kv_heads} KV heads, "
+             f"MLP {args.intermediate}")
+    tokenizer = (f"the tokenizer of `{args.tokenizer.name}`, copied as is" if args.tokenizer
+                 else "trained on the same data")
+    reproduce = (f"--tokenizer {args.tokenizer} --hidden {args.hidden} --layers {args.layers} --heads {args.heads} "
+                 f"--kv-heads {args.kv_heads} --intermediate {args.intermediate} --name \"{args.name}\" "
+                 if args.tokenizer else "")
+    purpose = (f"\nIt is the draft model for `{args.tokenizer.name}` in speculative decoding: it tokenizes exactly as "
+               "that model does." if args.tokenizer else "")
+    return {"name": args.name, "shape": shape, "tokenizer_source": tokenizer, "out": args.out,
+            "reproduce": reproduce, "purpose": purpose}
 
 
 CARD = """---
@@ -172,23 +218,23 @@ license: psf-2.0
 library_name: transformers
 tags: [logitlab, tiny, code]
 ---
-# Logit Lab built-in model
+# Logit Lab {name}
 
 A tiny Llama-architecture decoder trained from scratch so that Logit Lab works with nothing to download.
-It knows Python only (and not well): it exists to make the playground's charts mean something.
+It knows Python only (and not well): it exists to make the playground's charts mean something.{purpose}
 
 | | |
 |---|---|
-| architecture | LlamaForCausalLM, 6 layers, hidden 256, 8 heads / 4 KV heads, tied embeddings |
+| architecture | LlamaForCausalLM, {shape}, tied embeddings |
 | parameters | {parameters:,} |
-| tokenizer | byte-level BPE, 4,096 tokens, trained on the same data; newlines, space runs and words are separate pieces |
+| tokenizer | byte-level BPE, 4,096 tokens, {tokenizer_source}; newlines, space runs and words are separate pieces |
 | weights | float16 safetensors |
 | data | the CPython {python} standard library's own `.py` sources (tests, site-packages and idlelib left out), {train_files} files; {validation_files} files held out by a hash of their path |
 | licence of the data | PSF License Agreement (the sources ship with every Python) |
 | training | {steps} steps × {batch} sequences × {seq_len} tokens = {training_tokens_seen:,} tokens seen (corpus {corpus_tokens:,} tokens), AdamW, cosine schedule, seed {seed}, {train_seconds} s |
 | validation loss | {validation_loss} (perplexity {validation_perplexity}) |
 
-Reproduce: `python packaging/train_builtin_model.py --out resources/builtin-model --steps {steps}`
+Reproduce: `python packaging/train_builtin_model.py --out {out} {reproduce}--steps {steps}`
 (needs `torch`, `transformers` and `tokenizers`; the result depends on the Python version's stdlib).
 """
 

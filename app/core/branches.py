@@ -62,6 +62,8 @@ def decided_by_record(trace: RunTrace, i: int, settings: SamplerSettings) -> boo
     logits = np.asarray(trace.steps[i].sample.top_logits, dtype=np.float32)  # (K,) descending
     if len(logits) < RECORD_K:
         return True  # the whole vocabulary was recorded
+    if settings.needs_whole_vocabulary():
+        return False  # a stage before top-k cuts on the whole vocabulary's distribution, or a bias lifts a token
     if settings.uses_penalties and (settings.repetition_penalty < 1 or settings.frequency_penalty < 0
                                     or settings.presence_penalty < 0):
         return False  # a penalty that raises logits could lift an unrecorded token

@@ -12,9 +12,10 @@ import json
 import textwrap
 from dataclasses import dataclass
 
+from app.core.engine_notes import filters, missing_note, order_matters, seed_note, top_p_zero_note
 from app.core.events import Message
 from app.core.models import BUILTIN_NAME, BUILTIN_PATH, is_builtin
-from app.core.server_request import EXTENSIONS, request_fields
+from app.core.server_request import EXTENSIONS, llama_cpp_samplers, request_fields
 from app.core.settings import SamplerSettings, StageOrder
 
 WIDTH = 100  # of a comment line
@@ -46,31 +47,6 @@ class Snippet:
     language: str  # "python", "bash" or "json"
     code: str
     notes: tuple[str, ...] = ()  # JSON has no comments: what it cannot express, shown beside it
-
-
-# what each engine can and cannot say ---------------------------------------------------------------------------
-def filters(s: SamplerSettings) -> dict[str, float]:
-    """The filters that cut anything, by their parameter name."""
-    on = {"top_k": s.top_k if s.top_k > 0 else 0, "top_p": s.top_p if s.top_p < 1 else 0, "min_p": s.min_p}
-    return {k: v for k, v in on.items() if v}
-
-
-def order_matters(s: SamplerSettings) -> bool:
-    """Whether temperature's place among the filters changes anything."""
-    return not s.draws_top_token and s.temperature != 1 and bool(filters(s))
-
-
-def seed_note(s: SamplerSettings, engine: str) -> str | None:
-    if s.draws_top_token:
-        return None
-    return (f"seed {s.seed}: {engine} has its own random stream: the same distribution as the app, not the same "
-            "tokens (the app draws by inverse CDF with one seeded numpy uniform per step).")
-
-
-def top_p_zero_note(s: SamplerSettings, engine: str) -> str | None:
-    if s.top_p == 0 and s.temperature != 0:
-        return f"top_p 0 keeps one token in the app, which is greedy: written as greedy here ({engine})."
-    return None
 
 
 def _comment(note: str | None, indent: str = "", mark: str = "#") -> list[str]:
@@ -157,11 +133,18 @@ def _mlx_sampler(s: SamplerSettings) -> list[str]:
         args.append(_kw("min_p", repr(s.min_p)))
     if "top_k" in f:
         args.append(_kw("top_k", str(s.top_k)))
-    return _call("sampler = make_sampler", args)
+    if s.xtc_probability > 0:
+        args += [_kw("xtc_probability", repr(s.xtc_probability)), _kw("xtc_threshold", repr(s.xtc_threshold)),
+                 _kw("xtc_special_tokens", "[]", "the app's XTC may remove any token (mlx_lm.server spares a "
+                     "newline and the end tokens); mlx-lm flips XTC's coin with its own random stream")]
+    return [*_comment(missing_note(s, "mlx-lm")), *_call("sampler = make_sampler", args)]
 
 
 def _mlx_processors(s: SamplerSettings) -> list[str]:
     lines, names = [], []
+    if s.logit_bias:
+        lines += _call("bias = make_logits_processors", [_kw("logit_bias", repr(dict(s.logit_bias)))])
+        names.append("*bias")
     if s.repetition_penalty != 1:
         lines += _call("repetition = make_logits_processors", [
             _kw("repetition_penalty", repr(s.repetition_penalty)),
@@ -218,7 +201,7 @@ def _hf_args(s: SamplerSettings, last: bool) -> list[Arg]:
     args = [_kw("max_new_tokens", str(s.max_tokens))]
     if s.draws_top_token:
         return [*args, _kw("do_sample", "False", top_p_zero_note(s, "do_sample=False"))]
-    args.append(_kw("do_sample", "True"))
+    args += [_kw("do_sample", "True", missing_note(s, "transformers")), *_hf_more(s)]
     if last:
         note = ("temperature last: generate() always applies temperature before its filters, so its own are off "
                 "here and the filters, then temperature, are passed as processors in the app's order.")
@@ -227,6 +210,15 @@ def _hf_args(s: SamplerSettings, last: bool) -> list[Arg]:
              _kw("top_k", str(s.top_k), None if s.top_k else "0: off (generate()'s default is 50)"),
              _kw("top_p", repr(s.top_p))]
     return [*args, _kw("min_p", repr(s.min_p))] if s.min_p else args
+
+
+def _hf_more(s: SamplerSettings) -> list[Arg]:
+    """generate()'s own typical, epsilon and eta (after its min-p) and the logit bias."""
+    args = [_kw(k, repr(getattr(s, k))) for k in ("typical_p", "epsilon_cutoff", "eta_cutoff")
+            if getattr(s, k) != (1.0 if k == "typical_p" else 0.0)]
+    if s.logit_bias:
+        args.append(_kw("sequence_bias", repr({(tid,): v for tid, v in s.logit_bias}), "the app's logit bias"))
+    return args
 
 
 def _hf_processors(s: SamplerSettings, last: bool) -> list[Arg]:
@@ -282,7 +274,7 @@ def openai_body(req: CodeRequest) -> tuple[dict, dict]:
 
 def openai_notes(req: CodeRequest) -> list[str]:
     s, f = req.settings, filters(req.settings)
-    notes = [top_p_zero_note(s, "vLLM refuses top_p 0")]
+    notes = [top_p_zero_note(s, "vLLM refuses top_p 0"), missing_note(s, "the server")]
     if s.order == StageOrder.TEMPERATURE_LAST and order_matters(s):
         notes.append("temperature last cannot be expressed: OpenAI-compatible servers (vLLM) apply temperature "
                      "before their filters.")
@@ -346,14 +338,19 @@ def openai_curl(req: CodeRequest) -> Snippet:
 def llama_cpp_body(req: CodeRequest) -> dict:
     s = req.settings
     g = s.draws_top_token
-    stages = ["top_k", "top_p", "min_p"]
-    order = [*stages, "temperature"] if s.order == StageOrder.TEMPERATURE_LAST else ["temperature", *stages]
     body = {"prompt": req.rendered if req.messages is not None and req.rendered else req.prompt,
             "n_predict": s.max_tokens, "temperature": 0 if g else s.temperature, "top_k": 0 if g else s.top_k,
             "top_p": 1.0 if g else s.top_p, "min_p": 0.0 if g else s.min_p,
             "repeat_penalty": s.repetition_penalty, "repeat_last_n": -1, "frequency_penalty": s.frequency_penalty,
             "presence_penalty": s.presence_penalty, "seed": req.seed, "n_probs": req.top_logprobs,
-            "samplers": ["penalties", *order]}
+            "typical_p": s.typical_p, "top_n_sigma": s.top_n_sigma or -1, "xtc_probability": s.xtc_probability,
+            "xtc_threshold": s.xtc_threshold, "dynatemp_range": s.dynatemp_range,
+            "dynatemp_exponent": s.dynatemp_exponent, "samplers": llama_cpp_samplers(s),
+            "mirostat": 2 if s.mirostat_tau > 0 else 0, "mirostat_tau": s.mirostat_tau, "mirostat_eta": s.mirostat_eta,
+            "dry_multiplier": s.dry_multiplier, "dry_base": s.dry_base, "dry_allowed_length": s.dry_allowed_length,
+            "dry_sequence_breakers": list(s.dry_breakers), "dry_penalty_last_n": -1}
+    if s.logit_bias:
+        body["logit_bias"] = [[tid, v] for tid, v in s.logit_bias]
     if s.stop:
         body["stop"] = list(s.stop)
     return {**body, "cache_prompt": True}
@@ -363,7 +360,8 @@ def llama_cpp_notes(req: CodeRequest) -> list[str]:
     s = req.settings
     notes = ["llama.cpp serves GGUF files: convert the model first (convert_hf_to_gguf.py).",
              top_p_zero_note(s, "temperature 0 samples greedily in llama.cpp"),
-             "samplers: the app's stage order; each sampler left out (dry, typical-p, xtc…) is off.",
+             "samplers: the app's stages that are on, in its order; each sampler left out is off.",
+             missing_note(s, "llama.cpp"),
              "repeat_last_n -1: the penalties see the whole context, prompt included, as the app's repetition "
              "penalty does."]
     if s.frequency_penalty or s.presence_penalty:

@@ -16,6 +16,7 @@ from app.core.models import ModelSpec
 from app.core.settings import SamplerSettings
 
 if TYPE_CHECKING:
+    from app.core.spec_record import SpecRound, SpecStats, SpecSummary
     from app.core.surprisal import PromptScore
     from app.core.trace import RunTrace, StepTrace
     from backends.base import ModelInfo, Tokenizer
@@ -44,7 +45,10 @@ class Request:
     parent: tuple[int, int] | None = None  # (run id, step) this run branches from
     inherited: tuple[StepTrace, ...] = ()  # steps taken over from the parent (a branch): its steps 0..k-1
     force: int | None = None  # the token drawn at the first new step, whatever the sampler says (a fork)
-    branch: str = ""  # how it leaves its parent: "fork", "regenerate" or "replay" (RunTrace.branch)
+    branch: str = ""  # how it leaves its parent: "fork", "regenerate", "replay" or "edit" (RunTrace.branch)
+    draft: ModelSpec | None = None  # speculative decoding: this draft model proposes, the target verifies
+    draft_k: int = 4  # tokens the draft proposes per round, 1-8; 0: adaptive
+    compare_plain: bool = False  # speculative: then time plain decoding of as many tokens (a `Speculated` event)
     id: int = field(default_factory=lambda: next(_ids))
     run_ids: tuple[int, ...] = ()  # one per sample; the first is the request's own id
 
@@ -128,4 +132,23 @@ class Failed:
     opt_in: str | None = None  # a LoadOptions flag the user may turn on for this model to get past it
 
 
-Event = Loading | Loaded | Prefilled | Step | Finished | Scored | Failed
+@dataclass(frozen=True)
+class Drafted:
+    """One round of speculative decoding (its tokens also come as `Step` events), and the run's totals so far."""
+
+    request_id: int
+    round: SpecRound
+    stats: SpecStats
+    run_id: int = 0
+
+
+@dataclass(frozen=True)
+class Speculated:
+    """A speculative run's summary (before its `Finished`): totals, speed, and plain decoding's when measured."""
+
+    request_id: int
+    summary: SpecSummary
+    run_id: int = 0
+
+
+Event = Loading | Loaded | Prefilled | Step | Finished | Scored | Failed | Drafted | Speculated

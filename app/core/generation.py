@@ -27,8 +27,9 @@ from app.core.pipeline import History
 from app.core.prefill import chunks as prefill_chunks
 from app.core.record import Sample
 from app.core.remote_run import run_remote
-from app.core.sampling import start_sample
+from app.core.sampling import mu_after, start_sample
 from app.core.settings import MAX_SEED, SamplerSettings
+from app.core.stages import dry_breaker_ids
 from app.core.stops import StopHold
 from app.core.trace import RunTrace, StepTrace
 from backends.base import LoadedModel, Model, StreamDecoder, Tokenizer
@@ -325,9 +326,14 @@ def _new_row(model: LoadedModel, request: Request, run: _Run, context: list[int]
     rng = np.random.default_rng(run.trace.seed)
     rng.random(len(request.inherited))  # step k draws the seed's k-th uniform, as the parent's step k did
     history = None
-    if request.settings.uses_penalties:
+    if request.settings.needs_history:
         k = len(request.inherited)
-        history = History.start(model.ops, vocab, context[: len(context) - k], context[len(context) - k :])
+        s = request.settings  # DRY's breakers: the tokens whose text holds one (once per model and breakers)
+        breakers = dry_breaker_ids(model.tokenizer.token_text, vocab, s.dry_breakers) if s.dry_multiplier else None
+        history = History.start(model.ops, vocab, context[: len(context) - k], context[len(context) - k :],
+                                breakers or frozenset())
+        if s.mirostat_tau and request.inherited:  # a branch goes on with its parent's μ
+            history.mu = mu_after(request.inherited[-1].sample, s)
     return Row(rng, history, force=request.force)
 
 

@@ -27,8 +27,10 @@ def decode_rate(generated_tokens: int, decode_s: float | None) -> float | None:
 
 def prefill_rate(prompt_tokens: int | None, reused_tokens: int, prefill_s: float | None) -> float | None:
     """Prefill speed: the prompt tokens prefilled (not those an earlier run's KV cache held) over the prefill's
-    time; None when every token was reused or a server's prefill was not measured."""
-    return rate(None if prompt_tokens is None else prompt_tokens - reused_tokens, prefill_s)
+    time; None when every token was reused, a server's prefill was not measured, or one token alone was
+    prefilled (its time is a forward's fixed cost, not a speed: "13 tok/s" for one token)."""
+    prefilled = None if prompt_tokens is None else prompt_tokens - reused_tokens
+    return rate(prefilled if prefilled is not None and prefilled >= 2 else None, prefill_s)
 
 
 @dataclass(frozen=True)

@@ -14,16 +14,20 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
+from app.core.beam_run import BeamRequest, run_beam
 from app.core.catalog import check_fits
 from app.core.events import Event, Failed, Finished, Loaded, Loading, Request, Scored
 from app.core.generation import Prefix, PromptError, build_prompt, generate
 from app.core.metrics import Metrics
 from app.core.models import Cancelled, ModelSpec, resolve
+from app.core.quant_diff import DiffRequest, run_diff
 from app.core.remote_run import load_remote
 from app.core.sampling import NoValidTokenError
 from app.core.settings import SettingsError
+from app.core.speculative_run import run_speculative
 from app.core.surprisal import score
 from backends import LoadedModel, Model, ModelLoadError, connects, get_backend
 from backends.base import Tokenizer
@@ -34,9 +38,10 @@ USER_ERRORS = (ModelLoadError, PromptError, NoValidTokenError, SettingsError)
 
 @dataclass
 class _Job:
-    request: Request
-    kind: Literal["generate", "load", "score"] = "generate"
+    request: Request | BeamRequest | DiffRequest
+    kind: Literal["generate", "load", "score", "beam", "diff"] = "generate"
     cancel: threading.Event = field(default_factory=threading.Event)
+    out: queue.Queue | None = None  # where its results and its failure go (None: the thread's `events`)
 
 
 class ModelThread:
@@ -48,6 +53,8 @@ class ModelThread:
         self._model: Model | None = None
         self._spec: ModelSpec | None = None
         self._prefix = Prefix()
+        self._draft: LoadedModel | None = None  # speculative decoding's draft model, beside the target
+        self._draft_spec: ModelSpec | None = None
         self._park = False  # the backend used asks its thread never to exit (see Backend.park_thread_on_exit)
         self.stopped = threading.Event()  # set once the thread has freed the model and serves no more
         self._thread = threading.Thread(target=self._run, name="logitlab-model", daemon=True)
@@ -60,6 +67,15 @@ class ModelThread:
         """The prompt's own log-probabilities (a `Scored` event), through the model the request names."""
         return self._submit(_Job(request, "score"))
 
+    def beam(self, request: BeamRequest, out: queue.Queue) -> int:
+        """A beam search (`app.core.beam_run`): its events, or a `Failed`, go to `out`; loading to `events`."""
+        return self._submit(_Job(request, "beam", out=out))
+
+    def diff(self, request: DiffRequest, out: queue.Queue) -> int:
+        """A quantization diff (`app.core.quant_diff`): its events, or a `Failed`, go to `out`; loading A to
+        `events`. B is loaded on this thread and closed after; A too is freed when B would not fit beside it."""
+        return self._submit(_Job(request, "diff", out=out))
+
     def _submit(self, job: _Job) -> int:
         request = job.request
         with self._lock:
@@ -67,10 +83,12 @@ class ModelThread:
         self._jobs.put(job)
         return request.id
 
-    def cancel(self) -> None:
+    def cancel(self, request_id: int | None = None) -> None:
+        """Cancel the request with this id (None: every queued or running one)."""
         with self._lock:
             for job in self._live:
-                job.cancel.set()
+                if request_id is None or job.request.id == request_id:
+                    job.cancel.set()
 
     def close(self, timeout: float = 10.0) -> bool:
         """Cancel, free the model and stop serving; True if that happened in time."""
@@ -89,16 +107,17 @@ class ModelThread:
 
     def _serve_all(self) -> None:
         while (job := self._jobs.get()) is not None:
+            out = job.out or self.events
             try:
                 self._serve(job)
             except USER_ERRORS as e:
-                self.events.put(Failed(job.request.id, str(e), getattr(e, "opt_in", None)))
+                out.put(Failed(job.request.id, str(e), getattr(e, "opt_in", None)))
             except Cancelled:
                 for rid in job.request.run_ids:
-                    self.events.put(Finished(job.request.id, "cancelled", Metrics(), None, rid))
+                    out.put(Finished(job.request.id, "cancelled", Metrics(), None, rid))
             except Exception as e:
                 log.exception("generation failed")
-                self.events.put(Failed(job.request.id, f"unexpected error: {type(e).__name__}: {e}"))
+                out.put(Failed(job.request.id, f"unexpected error: {type(e).__name__}: {e}"))
             finally:
                 with self._lock:
                     self._live.remove(job)
@@ -113,6 +132,16 @@ class ModelThread:
             result = score(_local(model), ids, job.cancel)
             if result is not None:
                 self.events.put(Scored(job.request.id, text, result))
+        elif job.kind == "diff":
+            for event in run_diff(_local(model), job.request, job.cancel, self._unload, self._load_variant):
+                job.out.put(event)
+        elif job.kind == "beam":
+            for event in run_beam(model, job.request, job.cancel, self._prefix):
+                job.out.put(event)
+        elif job.request.draft is not None:
+            draft = self._ensure_draft(job, _local(model))
+            for event in run_speculative(_local(model), draft, job.request, job.cancel):
+                self.events.put(event)
         else:
             for event in generate(model, job.request, job.cancel, self._prefix):
                 self.events.put(event)
@@ -144,7 +173,31 @@ class ModelThread:
         self.events.put(Loading(rid, f"Loading {spec.label} with {backend.name}…"))
         return backend.load(path, spec.options)
 
+    def _ensure_draft(self, job: _Job, target: LoadedModel) -> LoadedModel:
+        """The request's draft model, loaded on this thread with the target's backend (kept for the next run)."""
+        spec = job.request.draft
+        if self._draft is not None and spec == self._draft_spec:
+            return self._draft
+        self._unload_draft()
+        path = resolve(spec.source, None, job.cancel, offline=spec.offline)
+        check_fits(path)  # (no `Loading` event: the window's status stays the target's; the dock says it drafts)
+        self._draft = get_backend(target.info.backend, path).load(path, spec.options)
+        self._draft_spec = spec
+        return self._draft
+
+    def _load_variant(self, spec: ModelSpec, path: Path) -> LoadedModel:
+        """A diff's variant B, beside the thread's model (which stays the one `_ensure` knows)."""
+        backend = get_backend(spec.backend, path)
+        self._park |= backend.park_thread_on_exit
+        return backend.load(path, spec.options)
+
+    def _unload_draft(self) -> None:
+        if self._draft is not None:
+            self._draft.close()
+        self._draft, self._draft_spec = None, None
+
     def _unload(self) -> None:
+        self._unload_draft()
         self._prefix.clear()
         if self._model is not None:
             self._model.close()

@@ -9,30 +9,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from functools import cached_property, partial
-from typing import NamedTuple
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
 
 import numpy as np
 
-from app.core.settings import SamplerSettings, StageOrder
+from app.core import stages as more
+from app.core.settings import SamplerSettings
+from app.core.stages import NEG_INF, SCALED_LIMIT, Cut
 from backends.ops import Array, ArrayOps
 
-NEG_INF = float("-inf")
 LOGIT_LIMIT = 1e9  # raw logits are clipped here: NaN/-huge become -inf, +inf becomes this
-SCALED_LIMIT = 1e30  # after temperature
 
-
-class Cut(NamedTuple):
-    """What a stage left, and where it cut for the record (`_threshold` in sampling.py puts it in probability space)."""
-
-    x: Array  # (V,) logits; a cut token's is -inf
-    line: Array | None = None  # top-k, min-p: the lowest logit kept, in the stage's input
-    mass: float | None = None  # top-p: the cumulative probability it cut at
-    order: tuple[Array, Array] | None = None  # top-p: its input sorted descending and the running mass (V,)
-
-
-Stage = tuple[str, Callable[[ArrayOps, Array], Cut]]
+# A stage: its name in the record, and its function of (ops, logits (V,), the step's numbers (2,) or (3,), DRY's
+# penalties (V,) or None).
+Stage = tuple[str, Callable[[ArrayOps, Array, Array, Array | None], Cut]]
 
 
 def apply_temperature(ops: ArrayOps, x: Array, t: float) -> Cut:
@@ -73,35 +65,85 @@ def apply_min_p(ops: ArrayOps, x: Array, m: float) -> Cut:
 
 
 def make_stages(s: SamplerSettings, vocab: int) -> list[Stage]:
-    """The enabled stages in order; filters always run top-k, top-p, min-p."""
-    filters: list[Stage] = []
-    if 0 < s.top_k < vocab:
-        filters.append(("top_k", partial(apply_top_k, k=s.top_k)))
-    if s.top_p < 1:
-        filters.append(("top_p", partial(apply_top_p, p=s.top_p)))
-    if s.min_p > 0:
-        filters.append(("min_p", partial(apply_min_p, m=s.min_p)))
-    temp: Stage = ("greedy" if s.greedy else "temperature", partial(apply_temperature, t=s.temperature))
-    return [temp, *filters] if s.order == StageOrder.TEMPERATURE_FIRST else [*filters, temp]
+    """The enabled stages (`SamplerSettings.enabled_stages`), in the settings' order."""
+    return [_BUILDERS[name](s, vocab) for name in s.enabled_stages(vocab)]
+
+
+def _plain(name: str, fn: Callable[..., Cut], **kw: Any) -> Stage:
+    """A stage that does not read the step's uniforms."""
+    return name, lambda ops, x, u, dry: fn(ops, x, **kw)
+
+
+def _temperature(s: SamplerSettings, vocab: int) -> Stage:
+    if s.greedy:
+        return _plain("greedy", apply_temperature, t=0.0)
+    if s.dynatemp_range > 0:
+        return _plain("dynatemp", more.apply_dynatemp, t=s.temperature, spread=s.dynatemp_range,
+                      exponent=s.dynatemp_exponent)
+    return _plain("temperature", apply_temperature, t=s.temperature)
+
+
+def _logit_bias(s: SamplerSettings, vocab: int) -> Stage:
+    bias = np.zeros(vocab, dtype=np.float32)
+    for tid, value in s.logit_bias:
+        if tid < vocab:
+            bias[tid] = value
+    return "logit_bias", lambda ops, x, u, dry, b=bias: more.apply_logit_bias(ops, x, ops.f32(b))
+
+
+_BUILDERS: dict[str, Callable[[SamplerSettings, int], Stage]] = {
+    "logit_bias": _logit_bias,
+    "temperature": _temperature,
+    "top_k": lambda s, v: _plain("top_k", apply_top_k, k=s.top_k),
+    "top_p": lambda s, v: _plain("top_p", apply_top_p, p=s.top_p),
+    "min_p": lambda s, v: _plain("min_p", apply_min_p, m=s.min_p),
+    "typical_p": lambda s, v: _plain("typical_p", more.apply_typical_p, mass=s.typical_p),
+    "top_n_sigma": lambda s, v: _plain("top_n_sigma", more.apply_top_n_sigma, n=s.top_n_sigma),
+    "epsilon_cutoff": lambda s, v: _plain("epsilon_cutoff", more.apply_epsilon_cutoff, epsilon=s.epsilon_cutoff),
+    "eta_cutoff": lambda s, v: _plain("eta_cutoff", more.apply_eta_cutoff, epsilon=s.eta_cutoff),
+    "xtc": lambda s, v: ("xtc", lambda ops, x, u, dry: more.apply_xtc(ops, x, u[1], s.xtc_threshold,
+                                                                      s.xtc_probability)),
+    "dry": lambda s, v: ("dry", lambda ops, x, u, dry: more.apply_dry(ops, x, dry)),
+    # μ is the step's third number; a caller that hands only two (no run state) gets the starting μ, 2τ
+    "mirostat": lambda s, v: ("mirostat", lambda ops, x, u, dry: more.apply_mirostat(
+        ops, x, u[2] if u.shape[0] > 2 else ops.f32(2 * s.mirostat_tau))),
+}
 
 
 @dataclass
 class History:
-    """Token counts the penalties need, kept on the device: the whole context and the generated part."""
+    """What a run carries from step to step: the token counts the penalties need (the whole context and the
+    generated part) and mirostat's μ, on the device; the context's tokens and DRY's breakers, on the host."""
 
     context: Array  # (V,) float counts of prompt + generated tokens
     generated: Array  # (V,) float counts of generated tokens
+    mu: Array | None = None  # mirostat's running μ (None: not started, 2τ)
+    ids: list[int] = field(default_factory=list)  # the context's tokens on the host (DRY reads them)
+    pending: Array | None = None  # the last drawn token, still on the device: appended to `ids` when next read
+    breakers: frozenset[int] = frozenset()  # DRY's breaker tokens (`stages.dry_breaker_ids`)
+    dry: np.ndarray | None = None  # DRY's penalties given for the next step (a re-sample's), instead of from `ids`
 
     @classmethod
-    def start(cls, ops: ArrayOps, vocab: int, prompt_ids: Sequence[int], generated: Sequence[int] = ()) -> History:
+    def start(cls, ops: ArrayOps, vocab: int, prompt_ids: Sequence[int], generated: Sequence[int] = (),
+              breakers: frozenset[int] = frozenset()) -> History:
         """Counts for a run about to draw after `prompt_ids` and the tokens it has already `generated`."""
-        return cls(ops.f32(_counts([*prompt_ids, *generated], vocab)), ops.f32(_counts(generated, vocab)))
+        return cls(ops.f32(_counts([*prompt_ids, *generated], vocab)), ops.f32(_counts(generated, vocab)),
+                   ids=[int(t) for t in (*prompt_ids, *generated)], breakers=breakers)
+
+    def host_ids(self, ops: ArrayOps) -> list[int]:
+        """The context's tokens, the last drawn one read from the device if it was still there."""
+        if self.pending is not None:
+            self.ids.append(int(ops.numpy(self.pending).reshape(-1)[0]))
+            self.pending = None
+        return self.ids
 
     def add(self, ops: ArrayOps, token: Array) -> None:
         self.context, self.generated = bump(ops, self.context, token), bump(ops, self.generated, token)
 
     def swap(self, ops: ArrayOps, drawn: int, taken: int) -> None:
         """The counts as if `taken` had been drawn instead of `drawn` (a forced token; once per fork)."""
+        if self.pending is not None:  # DRY follows the tokens: the drawn one is the last
+            self.host_ids(ops)[-1] = taken
         for name in ("context", "generated"):
             counts = ops.numpy(getattr(self, name)).astype(np.float32)
             counts[drawn] -= 1
@@ -169,9 +211,12 @@ class Dist:
         return log_z - self.ops.sum(e * self.ops.where(e > 0, xm, 0.0), axis=-1) / z
 
 
-def run_stages(ops: ArrayOps, stages: Sequence[Stage], s: SamplerSettings, raw: Array, *hist: Array) -> list[Cut]:
-    """Each stage's cut of the sanitized logits `raw`, in order (the penalties' first when `hist` is given)."""
+def run_stages(ops: ArrayOps, stages: Sequence[Stage], s: SamplerSettings, raw: Array, u: Array,
+               *hist: Array, dry: Array | None = None) -> list[Cut]:
+    """Each stage's cut of the sanitized logits `raw`, in order (the penalties' first when `hist` is given); `u`
+    (2,) or (3,) is the step's numbers: the draw's uniform, XTC's (`stages.xtc_uniform`), then mirostat's μ; `dry`
+    DRY's penalties (V,) for this step (None: DRY subtracts nothing)."""
     cuts = [Cut(apply_penalties(ops, raw, s, *hist))] if hist else []
     for _, fn in stages:
-        cuts.append(fn(ops, cuts[-1].x if cuts else raw))
+        cuts.append(fn(ops, cuts[-1].x if cuts else raw, u, dry))
     return cuts

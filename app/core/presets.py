@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from app.core.files import check_header, parse_json, write_atomic
-from app.core.settings import SamplerSettings, SettingsError, StageOrder, read_settings
+from app.core.settings import FIELDS, SamplerSettings, SettingsError, StageOrder, parse_order, read_settings
 
 FORMAT = "logitlab-presets"
 VERSION = 1
 MAX_NAME = 60
-PRESET_FIELDS = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "frequency_penalty",
-                 "presence_penalty", "order")
+# every numeric sampler setting but the length, and the order (a logit bias names one model's tokens: not kept)
+PRESET_FIELDS = (*(f.name for f in FIELDS if f.name != "max_tokens"), "order", "chain")
 LAST, FIRST = StageOrder.TEMPERATURE_LAST, StageOrder.TEMPERATURE_FIRST
 
 
@@ -54,7 +54,8 @@ class Preset:
         return all(_same(v, getattr(s, f)) for f, v in self.values().items())
 
     def to_dict(self) -> dict[str, Any]:
-        values = {f: (v.value if isinstance(v, StageOrder) else v) for f, v in self.values().items()}
+        values = {f: (v.value if isinstance(v, StageOrder) else list(v) if isinstance(v, tuple) else v)
+                  for f, v in self.values().items()}
         return {"name": self.name, "note": self.note, "settings": values}
 
     @classmethod
@@ -84,8 +85,10 @@ def check_name(name: Any) -> str:
     return name
 
 
-def _shipped(name: str, note: str, order: StageOrder = FIRST, **values: Any) -> Preset:
-    return Preset(name, SamplerSettings(**values, order=order), note, shipped=True)
+def _shipped(name: str, note: str, order: StageOrder | str = FIRST, **values: Any) -> Preset:
+    """A shipped preset; `order` an old order or an engine's name (its own chain, `settings.ENGINE_CHAINS`)."""
+    order, chain = parse_order(order.value if isinstance(order, StageOrder) else order)
+    return Preset(name, SamplerSettings(**values, order=order, chain=chain), note, shipped=True)
 
 
 # Engine defaults as each engine's own source sets them (checked in the installed packages' sources):
@@ -96,17 +99,21 @@ SHIPPED: tuple[Preset, ...] = (
     _shipped("balanced", "A common middle ground for chat and code.", temperature=0.7, top_k=40, top_p=0.9),
     _shipped("creative", "A high temperature kept sane by min-p, filters first (as the min-p paper).", LAST,
              temperature=1.2, min_p=0.05),
-    _shipped("transformers generate()", "GenerationConfig defaults: do_sample=False, greedy.", temperature=0.0),
+    _shipped("transformers generate()", "GenerationConfig defaults: do_sample=False, greedy; its warpers' order: "
+             "temperature, top-k, top-p, min-p, typical, epsilon, eta.", "transformers", temperature=0.0),
     _shipped("transformers do_sample=True", "GenerationConfig defaults with sampling on: temperature 1.0, "
-             "top_k 50, top_p 1.0 (a model's generation_config.json often overrides them).", temperature=1.0,
-             top_k=50),
+             "top_k 50, top_p 1.0 (a model's generation_config.json often overrides them); temperature first, "
+             "then top-k, top-p, min-p, typical, epsilon, eta.", "transformers", temperature=1.0, top_k=50),
     _shipped("mlx-lm", "mlx_lm.generate, mlx_lm.server and make_sampler default to temp 0.0 (greedy), top_p, "
-             "min_p and top_k off; its filters run before temperature.", LAST, temperature=0.0),
+             "min_p and top_k off; make_sampler runs top-p, min-p, XTC, top-k, then temperature.", "mlx-lm",
+             temperature=0.0),
     _shipped("llama.cpp server", "common_params_sampling: temp 0.8, top_k 40, top_p 0.95, min_p 0.05, "
-             "repeat_penalty 1.0; temperature last in its sampler chain (its penalties look back 64 tokens).",
-             LAST, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05),
-    _shipped("OpenAI / vLLM", "temperature 1, top_p 1, no penalties (vLLM: top_k and min_p off; it takes a "
-             "model's generation_config.json defaults when there is one).", temperature=1.0),
+             "repeat_penalty 1.0; its chain: penalties, DRY, top-n-sigma, top-k, typical, top-p, min-p, XTC, "
+             "temperature (its penalties look back 64 tokens).", "llama.cpp", temperature=0.8, top_k=40,
+             top_p=0.95, min_p=0.05),
+    _shipped("OpenAI / vLLM", "temperature 1, top_p 1, no penalties (vLLM: top_k and min_p off, run after "
+             "temperature, min-p first; it takes a model's generation_config.json defaults when there is one).",
+             "vllm", temperature=1.0),
 )
 
 

@@ -12,13 +12,14 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import NamedTuple
 
 import numpy as np
 
 from app.core.pipeline import Cut, Dist, History, Stage, bump, make_stages, run_stages, sanitize
 from app.core.record import Sample
 from app.core.settings import SamplerSettings
+from app.core.stages import dry_penalties, dry_vector, next_mu, xtc_uniform
+from app.core.step_output import CutRows, Drawn, Mode, Recorded, StepOutput, StepScalars
 from backends.ops import NUMPY, Array, ArrayOps
 
 NAN = float("nan")
@@ -46,105 +47,6 @@ def sample(
     part is one pure function per (settings, vocabulary, top-N), which an executor may compile (MLX does).
     """
     return start_sample(ops, logits, settings, u, history=history, top_n=top_n, record=record).result()
-
-
-# What a step hands the host, by what the host asked for: a token alone (`Drawn`), the record (`Recorded`), or
-# the pipeline's own arrays, from which the host makes the record on numpy (`CutRows`). The type is the step's
-# mode. A compiled step returns flat arrays (`arrays`, `from_arrays`): the executors' compilers take no records.
-
-class Drawn(NamedTuple):
-    """A step that only draws: its token, and whether there was anything to draw from."""
-
-    token: Array  # (1,) int
-    lse: Array  # (1,) the final distribution's logsumexp: not finite when no logit was
-
-    @property
-    def final_lse(self) -> float:
-        return float(self.lse[0])
-
-    def arrays(self) -> tuple[Array, ...]:
-        return tuple(self)
-
-    @classmethod
-    def from_arrays(cls, arrays: Sequence[Array]) -> Drawn:
-        return cls(*arrays)
-
-
-class StepScalars(NamedTuple):
-    """The drawn token's numbers: stacked in this order into one float32 vector on the device (one transfer),
-    read back by name on the host."""
-
-    token: Array
-    prob: Array  # in the final distribution
-    raw_logprob: Array
-    rank: Array  # 0-based, in the raw distribution
-    entropy: Array  # of the raw distribution (nats)
-    final_entropy: Array
-    raw_lse: Array
-    final_lse: Array  # not finite: no finite logit to draw from
-
-
-_FINAL_LSE = StepScalars._fields.index("final_lse")
-
-
-class Recorded(NamedTuple):
-    """A step that records: its token and what a `Sample` keeps, over the top-N raw candidates and the S stages."""
-
-    token: Array  # (1,) int
-    scalars: Array  # (8,) float32: a `StepScalars`, stacked
-    kept_counts: Array  # (S,) tokens of the whole vocabulary each stage kept
-    top_ids: Array  # (K,) the top-K raw logits' ids, descending (K = RECORD_K or the vocabulary)
-    top_logits: Array  # (K,)
-    probs: Array  # (S+1, N) row 0 the raw distribution, row s+1 after stage s
-    kept: Array  # (S, N) bool
-    thresholds: Array  # (S,) where each stage cut, in its input's probability space (NaN: nowhere)
-    top_p_cumulative: Array | None  # (N,) top-p's running mass at each candidate; None: top-p did not run
-
-    @property
-    def final_lse(self) -> float:
-        return float(self.scalars[_FINAL_LSE])
-
-    def arrays(self) -> tuple[Array, ...]:
-        return tuple(self) if self.top_p_cumulative is not None else tuple(self)[:-1]
-
-    @classmethod
-    def from_arrays(cls, arrays: Sequence[Array]) -> Recorded:
-        return cls(*arrays) if len(arrays) == len(cls._fields) else cls(*arrays, None)
-
-    def sample(self, stage_names: tuple[str, ...], u: float) -> Sample:
-        """The trace's record of this step (on the host)."""
-        sc = StepScalars._make(self.scalars.tolist())  # Python floats: float32 values, exactly
-        return Sample.record(
-            token=int(self.token[0]), rank=int(sc.rank), u=u, stage_names=stage_names, top_ids=self.top_ids,
-            top_logits=self.top_logits, probs=self.probs, kept=self.kept, thresholds=self.thresholds,
-            kept_counts=self.kept_counts, top_p_cumulative=self.top_p_cumulative, prob=sc.prob,
-            raw_logprob=sc.raw_logprob, entropy=max(0.0, sc.entropy), final_entropy=max(0.0, sc.final_entropy),
-            raw_lse=sc.raw_lse,
-        )
-
-
-class CutRows(NamedTuple):
-    """A step whose record the host makes (`_host_record`): its token and what the pipeline computed anyway."""
-
-    token: Array  # (1,) int
-    cut_at: Array  # (2S+1,) each stage's logit line, then its mass (NaN: none), then the final lse
-    rows: Array  # (S+1, V) the sanitized logits and each stage's output
-    orders: tuple[Array, ...]  # top-p's sorted input and running mass (2, V), where it ran
-
-    @property
-    def final_lse(self) -> float:
-        return float(self.cut_at[-1])
-
-    def arrays(self) -> tuple[Array, ...]:
-        return (self.token, self.cut_at, self.rows, *self.orders)
-
-    @classmethod
-    def from_arrays(cls, arrays: Sequence[Array]) -> CutRows:
-        return cls(arrays[0], arrays[1], arrays[2], tuple(arrays[3:]))
-
-
-StepOutput = Drawn | Recorded | CutRows
-Mode = type[Drawn] | type[Recorded] | type[CutRows]
 
 
 @dataclass(slots=True)
@@ -176,7 +78,7 @@ class PendingSample:
         if isinstance(host, Drawn):
             return int(host.token[0])
         if isinstance(host, CutRows):
-            host = _host_record(host, len(self.stage_names), self.top_n)
+            host = _host_record(host, self.stage_names, self.top_n)
         return host.sample(self.stage_names, self.u)
 
 
@@ -202,12 +104,31 @@ def start_sample(
     mode: Mode = (CutRows if ops.host_record else Recorded) if record else Drawn
     step, names = _step_function(ops, _pipeline(settings), vocab, top_n, mode, penalties)
     hist = (history.context, history.generated) if penalties else ()
+    if settings.mirostat_tau > 0:  # μ rides with the counts: in as a state array, out updated
+        mu = history.mu if history is not None and history.mu is not None else 2 * settings.mirostat_tau
+        hist = (*hist, ops.f32(mu))
+    if settings.dry_multiplier > 0:  # DRY's penalties, from the tokens on the host: in last, out unchanged
+        hist = (*hist, ops.f32(_dry(ops, settings, history, vocab)))
     # -inf arithmetic is intended (masks); a step with no finite logit is caught in `result`.
     with np.errstate(all="ignore"):
-        out, bumped = step(logits, ops.f32(u), *hist)
+        out, bumped = step(logits, ops.f32([u, xtc_uniform(u)]), *hist)
     if penalties:
-        history.context, history.generated = bumped
+        history.context, history.generated = bumped[:2]
+    if settings.mirostat_tau > 0 and history is not None:
+        history.mu = bumped[2 if penalties else 0]
+    if settings.dry_multiplier > 0 and history is not None:
+        history.pending, history.dry = out.token, None
     return PendingSample(ops, out, names, u, top_n)
+
+
+def _dry(ops: ArrayOps, s: SamplerSettings, history: History | None, vocab: int) -> np.ndarray:
+    """DRY's penalties (V,) for the next draw: given (a re-sample's), from the history's tokens, or none."""
+    if history is None:
+        return np.zeros(vocab, dtype=np.float32)
+    if history.dry is not None:
+        return history.dry
+    ids = history.host_ids(ops)
+    return dry_vector(dry_penalties(ids, s.dry_multiplier, s.dry_base, s.dry_allowed_length, history.breakers), vocab)
 
 
 @lru_cache(maxsize=64)
@@ -253,16 +174,26 @@ def _compiled(ops: ArrayOps, step: Callable[..., tuple[StepOutput, tuple[Array, 
 def _device_step(ops: ArrayOps, stages: Sequence[Stage], s: SamplerSettings, top_n: int, mode: Mode,
                  logits: Array, u: Array, *hist: Array) -> tuple[StepOutput, tuple[Array, ...]]:
     """Everything on the device and nothing on the host: pipeline, draw, the history's counts after it, and the
-    record (`Recorded`) or what the host makes it from (`CutRows`)."""
+    record (`Recorded`) or what the host makes it from (`CutRows`). `u` (2,): the draw's uniform, then XTC's;
+    `hist`: the penalties' counts, then mirostat's μ when it is on (each handed back updated)."""
     raw = sanitize(ops, logits)
-    cuts = run_stages(ops, stages, s, raw, *hist)
+    miro, dry_on = s.mirostat_tau > 0, s.dry_multiplier > 0
+    dry = hist[-1] if dry_on else None
+    state = hist[:-1] if dry_on else hist
+    counts, mu = (state[:-1], state[-1]) if miro else (state, None)
+    cuts = run_stages(ops, stages, s, raw, ops.stack([u[0], u[1], mu]) if miro else u, *counts, dry=dry)
     rows = _rows(ops, raw, cuts) if mode is Recorded else Dist(ops, cuts[-1].x)
     cdf = ops.cumsum(rows.e[-1] / rows.z[-1] if mode is Recorded else rows.p)  # the final distribution
     # u is capped one float32 step below 1 so that u * total < total survives rounding: the first index where
     # the CDF passes u * total always exists and always has p > 0.
-    token = ops.minimum(ops.sum(cdf <= ops.minimum(u, U_MAX) * cdf[-1]), raw.shape[0] - 1)
+    token = ops.minimum(ops.sum(cdf <= ops.minimum(u[0], U_MAX) * cdf[-1]), raw.shape[0] - 1)
     tok = ops.stack([token])  # (1,)
-    bumped = tuple(bump(ops, h, tok) for h in hist)
+    bumped = tuple(bump(ops, h, tok) for h in counts)
+    if miro:
+        p_drawn = ops.take(rows.e[-1] / rows.z[-1] if mode is Recorded else rows.p, tok)[0]
+        bumped = (*bumped, next_mu(ops, mu, p_drawn, s.mirostat_tau, s.mirostat_eta))
+    if dry_on:
+        bumped = (*bumped, dry)
     if mode is Recorded:
         return _record(ops, raw, cuts, rows, tok, top_n), bumped
     if mode is CutRows:
@@ -273,19 +204,24 @@ def _device_step(ops: ArrayOps, stages: Sequence[Stage], s: SamplerSettings, top
 def _cut_rows(ops: ArrayOps, raw: Array, cuts: list[Cut], lse: Array, tok: Array) -> CutRows:
     """What the host's record needs of the pipeline, which it then does not run again. A handful of arrays the
     device has computed anyway, read in one transfer each."""
-    cut_at = ops.stack([*(NAN if c.line is None else c.line for c in cuts),
-                        *(NAN if c.mass is None else c.mass for c in cuts), lse])
+    cut_at = ops.stack([*(NAN if c.line is None else c.line for c in cuts), *(_own(c) for c in cuts), lse])
     orders = tuple(ops.stack(list(c.order)) for c in cuts if c.order is not None)
     return CutRows(tok, cut_at, ops.stack([raw, *(c.x for c in cuts)]), orders)
 
 
-def _host_record(host: CutRows, stages: int, top_n: int) -> Recorded:
-    """`_device_step`'s record on numpy, from the `CutRows` of a step with `stages` stages."""
+def _own(c: Cut) -> Array | float:
+    """A stage's threshold in its own terms (top-p's mass, another's `prob`); NaN for none."""
+    return c.mass if c.mass is not None else NAN if c.prob is None else c.prob
+
+
+def _host_record(host: CutRows, names: tuple[str, ...], top_n: int) -> Recorded:
+    """`_device_step`'s record on numpy, from the `CutRows` of a step with the stages `names`."""
     values, orders, x = host.cut_at.tolist(), iter(host.orders), host.rows  # floats: cheaper to test than numpy's
-    lines, masses = values[:stages], values[stages:-1]
+    stages = len(names)
+    lines, owns = values[:stages], values[stages:-1]
     cuts = [Cut(x[i + 1], line=None if math.isnan(line) else np.float32(line),
-                mass=None if math.isnan(mass) else mass, order=None if math.isnan(mass) else tuple(next(orders)))
-            for i, (line, mass) in enumerate(zip(lines, masses, strict=True))]
+                prob=None if math.isnan(own) else own, order=tuple(next(orders)) if name == "top_p" else None)
+            for i, (name, line, own) in enumerate(zip(names, lines, owns, strict=True))]
     with np.errstate(all="ignore"):
         return _record(NUMPY, x[0], cuts, Dist(NUMPY, x), host.token.astype(np.int64), top_n)
 
@@ -324,6 +260,8 @@ def _threshold(ops: ArrayOps, cut: Cut, rows: Dist, i: int) -> Array | float:
     probability, min-p's min_p × the top probability."""
     if cut.mass is not None:
         return cut.mass
+    if cut.prob is not None:
+        return cut.prob
     if cut.line is not None:
         return ops.exp(cut.line - rows.m[i]) / rows.z[i]
     return NAN
@@ -355,22 +293,42 @@ def resample(
 
     Exact whenever every token the new settings keep is among the recorded ones and the cut does not depend
     on the unrecorded tail: greedy, top-k ≤ RECORD_K (then any top-p / min-p / penalties), min-p alone; a
-    stage's row before such a cut is over the recorded logits. Ranks and token ids are those of the full
-    vocabulary, and so are the raw numbers when the `recorded` step is given (its raw row, entropy, lse).
+    stage's row before such a cut is over the recorded logits (`SamplerSettings.needs_whole_vocabulary` says when
+    a stage before it breaks this). Ranks and token ids are those of the full vocabulary, and so are the raw
+    numbers when the `recorded` step is given (its raw row, entropy, lse); mirostat resumes the μ recorded there,
+    and DRY's penalties come from the context's ids (without the tokenizer's breakers).
     """
     by_id = np.argsort(top_ids, kind="stable")  # id order, so ties and the CDF walk match the full vocabulary
     ids, sub = top_ids[by_id], np.asarray(top_logits, dtype=np.float32)[by_id]
     remap = {int(t): i for i, t in enumerate(ids)}
-    hist = None
-    if settings.uses_penalties:
-        local = lambda seq: [remap[int(t)] for t in seq if int(t) in remap]
-        hist = History.start(NUMPY, len(ids), local([*context_ids, *generated_ids]))
-        gen = np.bincount(np.asarray(local(generated_ids), dtype=np.int64), minlength=len(ids))
-        hist.generated = gen.astype(np.float32)
+    local = lambda seq: [remap[int(t)] for t in seq if int(t) in remap]
+    hist = History.start(NUMPY, len(ids), local([*context_ids, *generated_ids]))
+    gen = np.bincount(np.asarray(local(generated_ids), dtype=np.int64), minlength=len(ids))
+    hist.generated = gen.astype(np.float32)
+    hist.mu = _recorded_mu(recorded)
+    if settings.dry_multiplier > 0:  # over the whole vocabulary's ids (no breakers: the tokenizer is not here)
+        pen = dry_penalties([*context_ids, *generated_ids], settings.dry_multiplier, settings.dry_base,
+                            settings.dry_allowed_length)
+        hist.dry = dry_vector({remap[t]: v for t, v in pen.items() if t in remap}, len(ids))
     s = sample(NUMPY, sub, settings, u, history=hist, top_n=top_n)
     assert isinstance(s, Sample)
     s = replace(s, token=int(ids[s.token]), top_ids=ids[s.top_ids])
     return s if recorded is None else _with_raw_of(s, recorded)
+
+
+def mu_after(last: Sample | None, s: SamplerSettings) -> float | None:
+    """Mirostat's μ for the step after the recorded `last` (a branch going on from its parent's steps): its μ moved
+    by its drawn token's surprise; None where mirostat did not run there."""
+    mu = _recorded_mu(last)
+    if mu is None or last.prob is None or last.prob <= 0:
+        return None
+    return mu - s.mirostat_eta * (-math.log2(last.prob) - s.mirostat_tau)
+
+
+def _recorded_mu(recorded: Sample | None) -> float | None:
+    """Mirostat's μ at a recorded step (its line was 2^-μ), or None where mirostat did not run there."""
+    i = None if recorded is None else recorded.stage_index("mirostat")
+    return None if i is None else -math.log2(float(recorded.thresholds[i]))
 
 
 def _with_raw_of(s: Sample, recorded: Sample) -> Sample:

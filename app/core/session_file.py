@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 FORMAT = "logitlab-session"
 VERSION = 1
 ROLES = ("system", "user", "assistant")
+MAX_RUN_ID = 20_000  # a saved run id above it is not kept (moving the process's ids past it would take long)
 
 
 class SessionFormatError(ValueError):
@@ -157,15 +158,21 @@ def runs_of(session: Session) -> tuple[SavedRun, ...]:
 def to_session(doc: SavedSession) -> tuple[Session, int | None]:
     """A live session of the saved runs, each finished with its trace, and the id of the run to show.
 
-    Runs get fresh ids (a saved id may be one this process already gave out); parents follow them."""
+    Runs keep their saved ids (what the tree, the exports and the user call them), and ids given out from then on
+    are above them, so a run started later never takes one. Ids a file could not have written (not from 1 to
+    `MAX_RUN_ID`) are given fresh instead; parents follow them."""
     session, new_ids = Session(), {}
     spec = ModelSpec(doc.model, doc.backend)
+    keep = all(1 <= saved.id <= MAX_RUN_ID for saved in doc.runs)
+    if keep and doc.runs:
+        _ids_above(max(saved.id for saved in doc.runs))
     for saved in doc.runs:
         parent = saved.parent
         if parent is not None:
             parent = (new_ids[parent[0]], parent[1]) if parent[0] in new_ids else None
+        ids = {"id": saved.id, "run_ids": (saved.id,)} if keep else {}
         request = Request(model=spec, prompt_ids=tuple(saved.trace.prompt_ids), settings=saved.trace.settings,
-                          parent=parent, branch=saved.trace.branch)
+                          parent=parent, branch=saved.trace.branch, **ids)
         run = session.start(request)[0]
         _finish(run, replace(saved.trace, run_id=run.id, parent=parent), saved.name)
         new_ids[saved.id] = run.id
@@ -173,6 +180,13 @@ def to_session(doc: SavedSession) -> tuple[Session, int | None]:
     if shown is None and session.runs:
         shown = next(reversed(session.runs))
     return session, shown
+
+
+def _ids_above(top: int) -> None:
+    """Make the ids this process gives out from now on (`Request().id`) greater than `top`."""
+    spec, settings = ModelSpec(), SamplerSettings()  # made once: each id then costs ~10 µs
+    while Request(model=spec, settings=settings).id < top:
+        pass
 
 
 def _finish(run: Run, trace: RunTrace, name: str) -> None:

@@ -3,14 +3,20 @@
 `FIELDS` is the single table of every numeric setting (range, default, meaning): validation, the command
 line and the window's sampler panel all read it, so a range is written down once. Edge values are ours and
 documented here: temperature 0 is greedy; top_k 0 (or ≥ vocabulary) is off; top_p 1 is off and top_p 0 keeps
-one token; min_p 0 is off; penalties 1 (repetition) and 0 (frequency, presence) are off.
+one token; min_p 0 is off; penalties 1 (repetition) and 0 (frequency, presence) are off; typical_p 1, top_n_sigma
+0, xtc_probability 0, dynatemp_range 0, epsilon_cutoff 0, eta_cutoff 0, dry_multiplier 0 and mirostat_tau 0
+are off.
 
-Stop strings are typed with backslash escapes on the command line and in the window alike (`read_escapes`).
+The stage order is `order` (temperature before or after the filters, as older files say it) or, when set, `chain`:
+every stage's name in the order they run (`parse_order` reads `top_k,temperature,...` or an engine's name).
+Penalties always run first, on the raw logits. Stop strings are typed with backslash escapes on the command line
+and in the window alike (`read_escapes`).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from enum import Enum
 from typing import Any
@@ -35,6 +41,12 @@ class Field:
     step: float
     integer: bool
     help: str
+    more: bool = False  # one of the "More samplers" (folded in the window)
+
+    @property
+    def decimals(self) -> int:
+        """Decimals a box shows for this field: enough for its step, at least two."""
+        return max(2, len(f"{self.step:.10f}".rstrip("0").split(".")[1])) if not self.integer else 0
 
 
 FIELDS: tuple[Field, ...] = (
@@ -52,10 +64,85 @@ FIELDS: tuple[Field, ...] = (
           "Subtracts this much from a token's logit for each time it was already generated (OpenAI)."),
     Field("presence_penalty", "Presence penalty", -2.0, 2.0, 0.0, 0.01, False,
           "Subtracts this much once from the logit of any token already generated (OpenAI)."),
+    Field("typical_p", "Typical-p", 0.0, 1.0, 1.0, 0.01, False,
+          "Keeps the tokens whose surprise is closest to the entropy until their probabilities add up to p (locally "
+          "typical sampling); 1 turns it off.", True),
+    Field("top_n_sigma", "Top-n-sigma", 0.0, 10.0, 0.0, 0.05, False,
+          "Keeps tokens whose logit is within n standard deviations of the top logit; 0 turns it off.", True),
+    Field("xtc_threshold", "XTC threshold", 0.0, 0.5, 0.1, 0.01, False,
+          "Exclude top choices: the tokens more likely than this are the ones XTC may remove (all but the least "
+          "likely of them).", True),
+    Field("xtc_probability", "XTC probability", 0.0, 1.0, 0.0, 0.01, False,
+          "The chance, per step, that XTC removes the top choices above its threshold; 0 turns it off.", True),
+    Field("dynatemp_range", "Dynatemp range", 0.0, 2.0, 0.0, 0.01, False,
+          "Dynamic temperature: from temperature - range on a certain step to temperature + range on the most "
+          "uncertain, by the entropy; 0 turns it off.", True),
+    Field("dynatemp_exponent", "Dynatemp exponent", 0.1, 10.0, 1.0, 0.05, False,
+          "Dynamic temperature's curve: the normalized entropy is raised to this power (1: linear).", True),
+    Field("epsilon_cutoff", "Epsilon cutoff", 0.0, 0.05, 0.0, 0.0001, False,
+          "Drops tokens less likely than this (truncation sampling; the top token always stays); 0 turns it off.",
+          True),
+    Field("eta_cutoff", "Eta cutoff", 0.0, 0.05, 0.0, 0.0001, False,
+          "Drops tokens less likely than min(ε, √ε·e^-entropy), ε this value (the top token always stays); 0 turns "
+          "it off.", True),
+    Field("dry_multiplier", "DRY multiplier", 0.0, 5.0, 0.0, 0.05, False,
+          "DRY (don't repeat yourself): how hard a token that would extend a repeat of the text is penalized; 0 "
+          "turns it off.", True),
+    Field("dry_base", "DRY base", 1.0, 4.0, 1.75, 0.05, False,
+          "DRY's growth: the penalty is multiplier × base^(repeat length - allowed length).", True),
+    Field("dry_allowed_length", "DRY allowed length", 1, 20, 2, 1, True,
+          "DRY leaves repeats up to this many tokens alone.", True),
+    Field("mirostat_tau", "Mirostat τ", 0.0, 10.0, 0.0, 0.1, False,
+          "Mirostat v2's target surprise (bits): it cuts the tokens more surprising than its running μ (which starts "
+          "at 2τ and follows each drawn token's surprise); 0 turns it off.", True),
+    Field("mirostat_eta", "Mirostat η", 0.0, 1.0, 0.1, 0.01, False,
+          "Mirostat v2's learning rate: how far μ moves per step toward the target surprise.", True),
     Field("max_tokens", "Max tokens", 1, 100_000, 256, 1, True,
           "Stops after this many generated tokens."),
 )
 FIELD_BY_NAME = {f.name: f for f in FIELDS}
+
+# Every stage a chain can name, and where each old order puts them (the stages a setting turns on run in this
+# order; "temperature" stands for greedy and dynamic temperature too).
+STAGES = ("logit_bias", "dry", "temperature", "top_n_sigma", "top_k", "typical_p", "top_p", "min_p", "epsilon_cutoff",
+          "eta_cutoff", "xtc", "mirostat")
+_FILTERS = tuple(n for n in STAGES if n not in ("logit_bias", "dry", "temperature", "mirostat"))
+ORDER_CHAINS = {  # DRY first and mirostat last in both, as in llama.cpp (... temperature, then mirostat)
+    "temperature-first": STAGES,
+    "temperature-last": ("logit_bias", "dry", *_FILTERS, "temperature", "mirostat"),
+}
+# Each engine's own order, from its source: llama.cpp's common_params_sampling.samplers (logit bias before the
+# chain); mlx-lm's make_sampler (top-p, min-p, XTC, top-k, then temperature in categorical_sampling, logit bias
+# among make_logits_processors); transformers' generate (_get_logits_processor: temperature, top-k, top-p, min-p,
+# typical, epsilon, eta); vLLM (temperature, then min-p, then top-k / top-p); OpenAI (temperature, top-p).
+# Stages an engine lacks follow its own, in the default order.
+ENGINE_CHAINS = {
+    "llama.cpp": ("logit_bias", "dry", "top_n_sigma", "top_k", "typical_p", "top_p", "min_p", "xtc", "temperature",
+                  "mirostat"),
+    "mlx-lm": ("logit_bias", "top_p", "min_p", "xtc", "top_k", "temperature"),
+    "transformers": ("logit_bias", "temperature", "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff",
+                     "eta_cutoff"),
+    "vllm": ("logit_bias", "temperature", "min_p", "top_k", "top_p"),
+    "openai": ("logit_bias", "temperature", "top_p"),
+}
+_WHOLE = {"top_p", "typical_p", "top_n_sigma", "epsilon_cutoff", "eta_cutoff", "xtc", "mirostat"}
+# what turns each stage on (its edge values, documented above)
+_ON: dict[str, Callable[[Any, int], bool]] = {
+    "logit_bias": lambda s, v: any(value != 0 and tid < v for tid, value in s.logit_bias),
+    "temperature": lambda s, v: True,
+    "top_k": lambda s, v: 0 < s.top_k < v,
+    "top_p": lambda s, v: s.top_p < 1,
+    "min_p": lambda s, v: s.min_p > 0,
+    "typical_p": lambda s, v: s.typical_p < 1,
+    "top_n_sigma": lambda s, v: s.top_n_sigma > 0,
+    "epsilon_cutoff": lambda s, v: s.epsilon_cutoff > 0,
+    "eta_cutoff": lambda s, v: s.eta_cutoff > 0,
+    "xtc": lambda s, v: s.xtc_probability > 0,
+    "mirostat": lambda s, v: s.mirostat_tau > 0,
+    "dry": lambda s, v: s.dry_multiplier > 0,
+}
+MAX_BIAS = 100.0  # a logit bias's range either side of 0 (OpenAI's)
+DRY_BREAKERS = ("\n", ":", '"', "*")  # llama.cpp's default sequence breakers
 MAX_SEED = 2**32 - 1
 ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}  # a backslash and this letter, in a typed stop string
 
@@ -89,10 +176,33 @@ class SamplerSettings:
     seed: int | None = None  # None: a fresh seed is drawn per run and reported
     stop: tuple[str, ...] = field(default_factory=tuple)
     order: StageOrder = StageOrder.TEMPERATURE_FIRST
+    chain: tuple[str, ...] = ()  # every stage in the order it runs; () = `order`'s (stored so when they agree)
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, value added to its logit), by id
+    typical_p: float = 1.0
+    top_n_sigma: float = 0.0
+    xtc_threshold: float = 0.1
+    xtc_probability: float = 0.0
+    dynatemp_range: float = 0.0
+    dynatemp_exponent: float = 1.0
+    epsilon_cutoff: float = 0.0
+    eta_cutoff: float = 0.0
+    dry_multiplier: float = 0.0
+    dry_base: float = 1.75
+    dry_allowed_length: int = 2
+    dry_breakers: tuple[str, ...] = DRY_BREAKERS  # strings: a token holding one ends a repeat
+    mirostat_tau: float = 0.0
+    mirostat_eta: float = 0.1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "order", StageOrder(self.order))
         object.__setattr__(self, "stop", tuple(self.stop))
+        order, chain = _normal_chain(self.chain, self.order)
+        object.__setattr__(self, "order", order)
+        object.__setattr__(self, "chain", chain)
+        object.__setattr__(self, "logit_bias", _check_bias(self.logit_bias))
+        object.__setattr__(self, "dry_breakers", tuple(self.dry_breakers))
+        if any(not isinstance(b, str) or b == "" for b in self.dry_breakers):
+            raise SettingsError("dry_breakers must be non-empty text")
         for f in FIELDS:
             _check_range(f, getattr(self, f.name))
         if self.seed is not None and not (isinstance(self.seed, int) and 0 <= self.seed <= MAX_SEED):
@@ -112,6 +222,34 @@ class SamplerSettings:
         return self.temperature == 0 or self.top_p == 0
 
     @property
+    def stage_order(self) -> tuple[str, ...]:
+        """Every stage's name, in the order the pipeline runs those that are on."""
+        return self.chain or ORDER_CHAINS[self.order.value]
+
+    def enabled_stages(self, vocab: int = 2**62) -> tuple[str, ...]:
+        """The stages these settings turn on, in their order, for a vocabulary of `vocab` tokens ("temperature"
+        stands for greedy and dynamic temperature too)."""
+        return tuple(n for n in self.stage_order if _ON[n](self, vocab))
+
+    def needs_whole_vocabulary(self) -> bool:
+        """Whether a stage whose cut depends on the whole vocabulary's distribution (top-p, typical-p, top-n-sigma,
+        epsilon, eta, XTC, dynamic temperature) runs before the first top-k or greedy, or a logit bias raises a
+        token: a step's recorded top logits alone then cannot decide its draw (a re-sample needs the model)."""
+        if any(value > 0 for _, value in self.logit_bias) or self.dry_multiplier > 0:
+            return True  # (DRY: its breakers are the tokenizer's, which a re-sample does not have)
+        for name in self.enabled_stages():
+            if name == "top_k" or (name == "temperature" and self.greedy):
+                return False
+            if name in _WHOLE or (name == "temperature" and self.dynatemp_range > 0):
+                return True
+        return False
+
+    @property
+    def needs_history(self) -> bool:
+        """A run keeps a `History` for these settings: penalties' counts, mirostat's running μ, DRY's tokens."""
+        return self.uses_penalties or self.mirostat_tau > 0 or self.dry_multiplier > 0
+
+    @property
     def uses_penalties(self) -> bool:
         return self.repetition_penalty != 1 or self.frequency_penalty != 0 or self.presence_penalty != 0
 
@@ -126,6 +264,9 @@ class SamplerSettings:
         d = asdict(self)
         d["order"] = self.order.value
         d["stop"] = list(self.stop)
+        d["chain"] = list(self.chain)
+        d["logit_bias"] = [list(pair) for pair in self.logit_bias]
+        d["dry_breakers"] = list(self.dry_breakers)
         return d
 
     @classmethod
@@ -142,6 +283,58 @@ def _check_range(f: Field, value: Any) -> None:
         raise SettingsError(f"{f.name} must be {kind} from {f.lo:g} to {f.hi:g}{off}, got {value!r}")
 
 
+def complete_chain(names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """`names` (each a stage, once) followed by the stages they leave out, in the default order; logit bias, when
+    not named, first (where every engine applies it)."""
+    unknown = [n for n in names if n not in STAGES]
+    if unknown:
+        raise SettingsError(f"unknown stage {unknown[0]!r} in the order: the stages are {', '.join(STAGES)}")
+    if len(set(names)) != len(names):
+        raise SettingsError("a stage is named twice in the order")
+    head = () if "logit_bias" in names else ("logit_bias",)
+    return (*head, *names, *(n for n in STAGES if n not in names and n not in head))
+
+
+def _normal_chain(chain: tuple[str, ...] | list[str], order: StageOrder) -> tuple[StageOrder, tuple[str, ...]]:
+    """A chain completed, and stored as () with its `order` when it is one of the two old orders."""
+    if not chain:
+        return order, ()
+    full = complete_chain(list(chain))
+    for value, known in ORDER_CHAINS.items():
+        if full == known:
+            return StageOrder(value), ()
+    t = full.index("temperature")
+    first = all(t < full.index(n) for n in ("top_k", "top_p", "min_p"))
+    return (StageOrder.TEMPERATURE_FIRST if first else StageOrder.TEMPERATURE_LAST), full
+
+
+def parse_order(text: str) -> tuple[StageOrder, tuple[str, ...]]:
+    """`--order`'s value: an old order's name, an engine's (`llama.cpp`, `mlx-lm`, ...), or stage names with commas
+    (`top_k,temperature,top_p`; the rest follow in the default order). Returns (order, chain) for the settings."""
+    text = text.strip()
+    if text in ORDER_CHAINS:
+        return StageOrder(text), ()
+    names = ENGINE_CHAINS.get(text.lower()) or [n.strip().replace("-", "_") for n in text.split(",") if n.strip()]
+    if not names:
+        raise SettingsError("the order is empty: name stages with commas, or an engine")
+    return _normal_chain(complete_chain(list(names)), StageOrder.TEMPERATURE_FIRST)
+
+
+def _check_bias(pairs: object) -> tuple[tuple[int, float], ...]:
+    """Logit bias as (id, value) pairs, each id once, each value within ±MAX_BIAS."""
+    out: dict[int, float] = {}
+    for pair in pairs:  # type: ignore[attr-defined]
+        ok = isinstance(pair, (tuple, list)) and len(pair) == 2
+        tid, value = pair if ok else (None, None)
+        if not ok or isinstance(tid, bool) or not isinstance(tid, int) or tid < 0:
+            raise SettingsError(f"logit_bias needs (token id ≥ 0, value) pairs, got {pair!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not -MAX_BIAS <= value <= MAX_BIAS:
+            raise SettingsError(f"logit_bias for token {tid} must be a number from {-MAX_BIAS:g} to {MAX_BIAS:g}, "
+                                f"got {value!r}")
+        out[tid] = float(value)
+    return tuple(sorted(out.items()))
+
+
 def read_settings(value: dict[str, Any], key: str = "settings") -> SamplerSettings:
     """Sampler settings as a file holds them (`SamplerSettings.to_dict`): each field's JSON type checked here, its
     range by `SamplerSettings` (whose message names it); `key` names the object in messages."""
@@ -156,4 +349,10 @@ def read_settings(value: dict[str, Any], key: str = "settings") -> SamplerSettin
 
 SETTING_FIELDS = {f.name for f in fields(SamplerSettings)}
 _SETTING_KINDS = {"stop": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of text"),
-                  "order": (lambda v: v in [o.value for o in StageOrder], " or ".join(o.value for o in StageOrder))}
+                  "order": (lambda v: v in [o.value for o in StageOrder], " or ".join(o.value for o in StageOrder)),
+                  "chain": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+                            "a list of stage names"),
+                  "logit_bias": (lambda v: isinstance(v, list) and all(isinstance(x, list) for x in v),
+                                 "a list of [token id, value] pairs"),
+                  "dry_breakers": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+                                   "a list of text")}

@@ -35,7 +35,8 @@ class RunTrace:
     finish_message: str = ""  # for "error": why (a server cut the stream…), as `Finished.message` said it
     metrics: Metrics | None = None
     prompt_text: str = ""  # what the model saw (the chat template applied)
-    branch: str = ""  # how it left its parent: "fork" (its step parent[1] forced), "regenerate", "replay"
+    branch: str = ""  # how it left its parent: "fork" (its step parent[1] forced), "regenerate", "replay",
+    # "edit" (its prompt: the parent's, its first parent[1] tokens, then edited text; app/core/edits.py)
 
     @property
     def token_ids(self) -> list[int]:

@@ -12,6 +12,8 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QAction, QKeySequence, QPainter, QPaintEvent, QPalette
 from PySide6.QtWidgets import QAbstractItemView, QMenu, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
 
+from app.core.edits import EDIT
+from app.core.export import order_text
 from app.core.session import Run
 from app.core.settings import FIELDS, SamplerSettings
 from app.ui.formatting import visible
@@ -30,8 +32,8 @@ def settings_diff(parent: SamplerSettings, child: SamplerSettings) -> str:
         a, b = getattr(parent, f.name), getattr(child, f.name)
         if a != b and f.name != "seed":
             out.append(f"{f.label.lower()} {_short(a)}→{_short(b)}")
-    if parent.order != child.order:
-        out.append(f"order → {child.order.value}")
+    if parent.stage_order != child.stage_order:  # an old order, an engine's or a custom chain
+        out.append(f"order → {order_text(child)}")
     return ", ".join(out)
 
 
@@ -52,7 +54,7 @@ def _prefix(run: Run, parent: Run | None) -> str:
 
 
 def _own_text(run: Run) -> str:
-    k = run.parent[1] if run.parent is not None else 0
+    k = run.parent[1] if run.parent is not None and run.request.branch != EDIT else 0  # an edit's steps: its own
     own = "".join(st.text for st in run.steps[k : k + LABEL_TOKENS])
     return visible(own).strip() or ("…" if run.running else "(no text)")
 
@@ -75,13 +77,18 @@ class BranchTree(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.tree = _Tree()
+        # A viewport made here (as Qt makes its own), known to Python: the placeholder's first paint reads it without
+        # PySide6 finding out its type, which builds the enums of ~40 widget classes (~6 ms before the first paint).
+        viewport = QWidget(objectName="qt_scrollarea_viewport", autoFillBackground=True)
+        viewport.setBackgroundRole(QPalette.ColorRole.Base)
+        self.tree.setViewport(viewport)
         self.tree.setHeaderHidden(True)
         self.tree.setColumnCount(1)
         self.tree.setEditTriggers(QAbstractItemView.EditTrigger.DoubleClicked
                                   | QAbstractItemView.EditTrigger.EditKeyPressed)
         self.tree.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.tree.setToolTip("Branches: click to show one · ←/→ parent/child, ↑/↓ siblings · F2 renames · "
-                             "Delete deletes a branch and what grew from it")
+                             "Delete deletes a branch and what grew from it; Ctrl+Z undoes a delete or an edit")
         box = QVBoxLayout(self)
         box.setContentsMargins(0, 0, 0, 0)
         box.addWidget(self.tree)
@@ -172,11 +179,18 @@ class BranchTree(QWidget):
         if item is not None and self._pg is not None:
             self._pg.branches.delete(item.data(0, RUN_ID))
 
+    def undo(self) -> bool:
+        """Edit → Undo (Ctrl+Z) while the tree has focus: put back the latest deleted branch, or take back the latest
+        edit's run. False if not done."""
+        return self._pg is not None and self.tree.hasFocus() and self._pg.branches.undo()
+
     def _menu(self, pos: object) -> None:
         item = self.tree.itemAt(pos)
-        if item is None:
-            return
         menu = QMenu(self)
-        menu.addAction("Rename", lambda: self.tree.editItem(item))
-        menu.addAction("Delete branch", self.delete_current)
+        if item is not None:
+            menu.addAction("Rename", lambda: self.tree.editItem(item))
+            menu.addAction("Delete branch", self.delete_current)
+        undo = menu.addAction(self._pg.branches.undo_label, self._pg.branches.undo,
+                              shortcut=QKeySequence.StandardKey.Undo)
+        undo.setEnabled(self._pg.branches.can_undo)
         menu.exec(self.tree.viewport().mapToGlobal(pos))

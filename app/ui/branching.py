@@ -1,5 +1,6 @@
 """The branch verbs of the session's tree: fork the shown run at a step (with a token, or re-drawn), fork at an
-uncertain step, replay it under the edited settings, find where a branch left its parent, rename and delete runs.
+uncertain step, replay it under the edited settings, continue an edited output, find where a branch left its
+parent, rename and delete runs, and undo a delete or an edit.
 
 The view-model (`Playground`) owns one as `playground.branches` and it works through it: it reads the editing
 state and the session as the view-model does, and starts or shows runs with the view-model's verbs. It holds no
@@ -8,21 +9,25 @@ run lifecycle, no event routing and no request of its own beyond the branch it b
 
 from __future__ import annotations
 
-import secrets
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from PySide6.QtCore import QObject, Signal
 
+from app.core.edits import EDIT, edited_text
 from app.core.events import Finished, Prefilled, Request, Step
 from app.core.metrics import Metrics
 from app.core.settings import MAX_SEED, SamplerSettings
+from backends.base import ModelLoadError
 
 if TYPE_CHECKING:
     from PySide6.QtCore import SignalInstance
 
+    from app.core.edits import EditedPrompt
     from app.core.session import Run, Session
     from app.core.trace import RunTrace
     from app.ui.editing_state import EditingState
+    from backends.base import Tokenizer
 
 
 class Runner(Protocol):
@@ -31,6 +36,7 @@ class Runner(Protocol):
 
     editing: EditingState
     session: Session
+    tokenizer: Tokenizer | None
     refused: SignalInstance
     session_changed: SignalInstance
     cleared: SignalInstance
@@ -47,6 +53,7 @@ class Runner(Protocol):
 
 class Branches(QObject):
     diverged = Signal(int)  # the first step where the shown branch's token differs from its parent's
+    edit_undone = Signal(str)  # an edit's run was undone: the text it continued, to edit again
 
     def __init__(self, runner: Runner, top_n: int, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -54,6 +61,7 @@ class Branches(QObject):
         self._top_n = top_n  # candidates each step of a branch records, as the view-model's runs do
         self._diverged_in: Run | None = None  # the run shown whose divergence from its parent was found
         runner.run_started.connect(lambda _request: setattr(self, "_diverged_in", None))  # the views start afresh
+        self._undo: list[Deleted | Edited] = []  # what Undo takes back, the latest last
 
     @property
     def _trace(self) -> RunTrace | None:
@@ -62,14 +70,19 @@ class Branches(QObject):
 
     @property
     def branch_step(self) -> int | None:
-        """The step where the shown run left its parent (its steps before are the parent's); None for a root."""
+        """The step where the shown run left its parent (its steps before are the parent's); None for a root, and
+        for an edit (its steps are all its own: what it kept of its parent is in its prompt)."""
         run = self._runner.editing.run
-        return run.parent[1] if run is not None and run.parent is not None else None
+        if run is None or run.parent is None or run.request.branch == EDIT:
+            return None
+        return run.parent[1]
 
     def fork(self, step: int, token: int | None) -> bool:
         """Branch the shown run at `step` under the state's settings and model: with `token` taken there and the
         parent's seed (its uniforms go on: only the token differs), or, `token` None, re-drawn from there with a
         new seed. Refused (False; `refused` says why) while a run is in progress, or for a run without a trace."""
+        import secrets  # (its hashlib and OpenSSL: ~7 ms, not before the window's first paint)
+
         from app.core.branches import branch_request  # (numpy's, as below: not before the window's first paint)
 
         trace, r = self._trace, self._runner
@@ -116,6 +129,69 @@ class Branches(QObject):
         self._finish_here(request, trace, reason)
         return True
 
+    def continue_edit(self, text: str) -> bool:
+        """Continue `text`, an edit of the shown run's output, as a new run (a child marked "edit") under the
+        state's settings and model with the next run's seed; refused (False; `refused` says why) while a run is in
+        progress, without a finished run or a tokenizer, or with settings that are not valid."""
+        from app.core.edits import edit_request  # (the core's tokenized prompt: not before the first paint)
+
+        trace, r = self._trace, self._runner
+        if trace is None:
+            r.refused.emit("Only a finished run's output can be edited and continued.")
+            return False
+        if r.tokenizer is None:
+            r.refused.emit("The model is not loaded yet: an edit is tokenized by it. Load it (the model bar), then "
+                           "continue.")
+            return False
+        settings = r.checked_settings()
+        if settings is None:
+            return False
+        if r.busy and not r.loading_only:
+            r.refused.emit("An edit continues once the run in progress is done: wait for it, or stop it (Esc).")
+            return False
+        try:
+            request = edit_request(trace, text, r.tokenizer, settings.with_(seed=r.editing.next_run_seed()),
+                                   spec=r.editing.model, top_n=self._top_n)
+        except ModelLoadError as e:  # a server's tokenizer: it cannot encode here
+            r.refused.emit(f"Cannot continue an edit on this model: {e}")
+            return False
+        if not r.generate(request):
+            return False
+        self._undo.append(Edited(r.session, request.run_ids[0], text))
+        return True
+
+    def edit_prompt(self, text: str) -> EditedPrompt | None:
+        """What continuing `text`, an edit of the shown run's output, would prompt with (None: no finished run or
+        no tokenizer that encodes here): the editor says how many of the run's tokens it keeps as it is typed."""
+        from app.core.edits import edited_prompt
+
+        trace, tok = self._trace, self._runner.tokenizer
+        if trace is None or tok is None:
+            return None
+        try:
+            return edited_prompt(trace.prompt_ids, trace.token_ids, [s.text for s in trace.steps], text, tok,
+                                 trimmed_end=trace.finish_reason == "stop")
+        except ModelLoadError:  # a server's tokenizer
+            return None
+
+    @property
+    def edited(self) -> tuple[str, int] | None:
+        """The shown edit's text (what its prompt holds after its parent's) and how many of its first characters
+        are its parent's tokens, kept; None for a run that is not an edit, or whose prompt is not known yet."""
+        r = self._runner
+        run = r.editing.run
+        if run is None or run.parent is None or run.request.branch != EDIT or run.prefilled is None:
+            return None
+        parent = r.session.get(run.parent[0])
+        if parent is None or parent.prefilled is None:
+            return None
+        tail = run.prefilled.prompt_ids[len(parent.prefilled.prompt_ids):]
+        tok = r.tokenizer
+        decode_tail = None if tok is None else lambda: tok.decode(tail)
+        text = edited_text(run.prefilled.prompt_text, parent.prefilled.prompt_text, decode_tail)
+        kept = "".join(st.text for st in parent.steps[: run.parent[1]])
+        return text, len(kept) if text.startswith(kept) else 0
+
     def _finish_here(self, request: Request, parent: RunTrace, reason: str) -> None:
         """A run made without the model (a replay the record decided to its end): finished as it starts."""
         from app.core.trace import RunTrace
@@ -157,6 +233,7 @@ class Branches(QObject):
         doomed = r.session.subtree(run_id)
         if not doomed or any(d.running for d in doomed):
             return False
+        self._undo.append(Deleted(r.session, list(r.session.runs), doomed, r.editing.run))
         for d in doomed:
             del r.session.runs[d.id]
         if r.editing.run in doomed:
@@ -170,3 +247,84 @@ class Branches(QObject):
                 r.cleared.emit()
         r.session_changed.emit()
         return True
+
+    @property
+    def can_undo(self) -> bool:
+        """A delete or an edit of this session's is there to undo."""
+        return any(d.session is self._runner.session for d in self._undo)
+
+    @property
+    def undo_label(self) -> str:
+        """What Undo would take back: "Undo delete", "Undo edit" (or "Undo", nothing)."""
+        latest = next((d for d in reversed(self._undo) if d.session is self._runner.session), None)
+        return {Deleted: "Undo delete", Edited: "Undo edit"}.get(type(latest), "Undo")
+
+    def undo(self) -> bool:
+        """Take back this session's latest delete (its runs put back) or edit (its run and what grew from it
+        removed, `edit_undone` with its text); False if there is none, or the edit's run is still going."""
+        r = self._runner
+        while self._undo and self._undo[-1].session is not r.session:  # a session since closed: forgotten
+            self._undo.pop()
+        if not self._undo:
+            return False
+        latest = self._undo[-1]
+        if isinstance(latest, Edited):
+            return self._undo_edit(latest)
+        self._undo.pop()
+        self._put_back(latest)
+        return True
+
+    def undo_delete(self) -> bool:
+        """Undo (the tree's name for it: its latest undoable change)."""
+        return self.undo()
+
+    def _put_back(self, d: Deleted) -> None:
+        """Put back the runs a delete removed, where they were in the session's order; show the run shown then."""
+        r = self._runner
+        back = {run.id: run for run in d.runs}
+        order = [*d.order, *(i for i in r.session.runs if i not in d.order)]  # runs started since: after
+        r.session.runs = {i: r.session.runs.get(i) or back[i] for i in order if i in r.session.runs or i in back}
+        r.session_changed.emit()
+        if d.shown is not None and d.shown.id in back and d.shown.finished is not None and not r.busy:
+            r.show_run(d.shown.id)
+
+    def _undo_edit(self, e: Edited) -> bool:
+        """Remove an edit's run (and its branches) and show its parent, with the edit's text to edit again."""
+        r = self._runner
+        run = r.session.get(e.run_id)
+        gone = r.session.subtree(e.run_id)
+        if any(d.running for d in gone):
+            r.refused.emit("The edit's run is still going: stop it (Esc) first, then undo.")
+            return False
+        self._undo.pop()
+        for d in gone:
+            del r.session.runs[d.id]
+        parent = r.session.get(run.parent[0]) if run is not None and run.parent is not None else None
+        if parent is not None and parent.finished is not None:
+            r.editing.select(None)
+            r.show_run(parent.id)
+        elif r.editing.run in gone:
+            r.editing.select(None)
+            r.cleared.emit()
+        r.session_changed.emit()
+        self.edit_undone.emit(e.text)
+        return True
+
+
+@dataclass(frozen=True)
+class Deleted:
+    """A delete as Undo needs it: the session it was in, its runs' order before, the runs removed, the run shown."""
+
+    session: Session
+    order: list[int]
+    runs: list[Run]
+    shown: Run | None
+
+
+@dataclass(frozen=True)
+class Edited:
+    """An edit continued, as Undo needs it: the session, the run it started, the text it continued."""
+
+    session: Session
+    run_id: int
+    text: str

@@ -8,9 +8,11 @@ The window holds the charts through app/ui/chart_host.py, which imports them (an
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent
+from PySide6.QtCore import QEvent, Qt
 from PySide6.QtGui import QColor, QCursor, QPalette
 from PySide6.QtWidgets import QToolTip, QWidget
 
@@ -27,6 +29,38 @@ def _faded(c: QColor, alpha: int = 110) -> QColor:
     c = QColor(c)
     c.setAlpha(alpha)
     return c
+
+
+@dataclass(frozen=True)
+class StageStyle:
+    """How the charts show a sampler stage: its name, its colour (a candidate it cut is faded in it) and, for a stage
+    that cuts at a probability of its input (its record's threshold), the style of that line."""
+
+    label: str
+    color: QColor
+    line: Qt.PenStyle | None = None
+
+
+# One row per stage the record can name; a stage missing here is shown in grey under its own name.
+STAGES = {
+    "greedy": StageStyle("greedy", CUT),
+    "top_k": StageStyle("top-k", QColor(0, 139, 139), Qt.PenStyle.DashDotLine),
+    "top_p": StageStyle("top-p", QColor(46, 139, 87)),  # a mass, not a probability: its running mass and line
+    "min_p": StageStyle("min-p", QColor(138, 43, 226), Qt.PenStyle.DotLine),
+    "top_n_sigma": StageStyle("top-n-sigma", QColor(199, 21, 133), Qt.PenStyle.DashLine),
+    "epsilon_cutoff": StageStyle("epsilon", QColor(184, 134, 11), Qt.PenStyle.DotLine),
+    "eta_cutoff": StageStyle("eta", QColor(139, 69, 19), Qt.PenStyle.DashDotLine),
+    "xtc": StageStyle("XTC", QColor(220, 20, 120), Qt.PenStyle.DashDotDotLine),  # cuts the tokens above its line
+    "typical_p": StageStyle("typical-p", QColor(70, 130, 180)),  # its threshold is a mass: no line
+    "logit_bias": StageStyle("logit bias", QColor(112, 128, 144)),
+    "mirostat": StageStyle("mirostat", QColor(0, 128, 128), Qt.PenStyle.DashDotDotLine),  # its line: 2^-μ
+    "dynatemp": StageStyle("dynamic temperature", CUT),  # its record's threshold is the temperature it applied
+    "dry": StageStyle("DRY", QColor(205, 92, 92)),  # subtracts penalties: cuts nothing, no line
+}
+
+
+def stage_style(name: str) -> StageStyle:
+    return STAGES.get(name) or StageStyle(name.replace("_", "-"), CUT)
 
 
 def _show_tip(widget: QWidget, tip: str) -> None:

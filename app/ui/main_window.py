@@ -35,6 +35,7 @@ from app.ui.panels import MetricsStrip, ModelCard
 from app.ui.playground import Playground
 from app.ui.preferences import Preferences
 from app.ui.prompt_editor import PromptEditor
+from app.ui.quant_action import QuantAction
 from app.ui.sampler_panel import SamplerPanel
 from app.ui.sessions import Sessions, state_dir
 from app.ui.step_panel import StepPanel
@@ -42,7 +43,12 @@ from app.ui.token_view import TokenView
 
 if TYPE_CHECKING:
     from app.core.model_thread import ModelThread
+    from app.ui.beam_view import BeamView
     from app.ui.code_dialog import CodeDialog
+    from app.ui.samples_view import SamplesView
+    from app.ui.side_by_side import SideBySideView
+    from app.ui.speculative_view import SpeculativeView
+    from app.ui.sweep_view import SweepView
 
 MAX_RECENT = 10
 PRELOAD_MS = 250
@@ -79,6 +85,10 @@ class MainWindow(QMainWindow):
         self._build_actions()
         self._build_help()
         self._build_tools()
+        self._build_samples()
+        self._build_side_by_side()
+        self._build_beam()
+        self._build_speculative()
         self._build_branching()
         self._build_sessions()
         self._build_layout()
@@ -129,7 +139,8 @@ class MainWindow(QMainWindow):
             (focused if hasattr(focused, "selectAll") else self.output.text).selectAll()
 
         key = QKeySequence.StandardKey
-        items = [(self.edit_menu, "&Undo", key.Undo, lambda: self.prompt.field().undo()),
+        items = [(self.edit_menu, "&Undo", key.Undo, lambda: self.branches.undo() or self.output.edit.undo()
+                  or self.prompt.field().undo()),
                  (self.edit_menu, "&Redo", key.Redo, lambda: self.prompt.field().redo()),
                  (self.edit_menu, "&Copy output", QKeySequence("Ctrl+Shift+C"),
                   lambda: clipboard.copy(clipboard.output_text(self.playground.shown))),
@@ -180,6 +191,95 @@ class MainWindow(QMainWindow):
         self.code_action.triggered.connect(show_code)
         self.run_menu.addSeparator()
         self.run_menu.addAction(self.code_action)
+
+    def _build_samples(self) -> None:
+        """Run → Sample ×N… and Sweep…: N samples of the prompt with their statistics, and a grid of settings
+        (app/ui/samples_view.py, app/ui/sweep_view.py; built at their first use: pyqtgraph)."""
+        self.samples_action = QAction("Sample ×&N…", self, shortcut=QKeySequence("Ctrl+Shift+N"),
+                                      toolTip="Draw N continuations together and compare them")
+        self.sweep_action = QAction("S&weep…", self, toolTip="N samples under each cell of a grid of two settings")
+        self.samples_view: SamplesView | None = None
+        self.sweep_view: SweepView | None = None
+
+        def samples() -> SamplesView:
+            from app.ui.samples_view import SamplesView  # (pyqtgraph: not before the first paint)
+
+            if self.samples_view is None:
+                self.samples_view = SamplesView(self.playground, self)
+            self.samples_view.show()
+            self.samples_view.raise_()
+            return self.samples_view
+
+        def sweep() -> None:
+            from app.ui.sweep_view import SweepView
+
+            if self.sweep_view is None:
+                self.sweep_view = SweepView(self.playground, self)
+                self.sweep_view.samples_requested.connect(lambda request: samples().show_request(request))
+                self.sweep_view.failed.connect(self.banner.show_message)
+            self.sweep_view.show()
+            self.sweep_view.raise_()
+
+        self.samples_action.triggered.connect(samples)
+        self.sweep_action.triggered.connect(sweep)
+        self.run_menu.addActions([self.samples_action, self.sweep_action])
+
+    def _build_side_by_side(self) -> None:
+        """Run → Side by side…: 2–4 columns of one prompt under their own settings (app/ui/side_by_side.py)."""
+        self.side_action = QAction("Si&de by side…", self, toolTip="Run the prompt under 2 to 4 settings and "
+                                   "compare them step by step")
+        self.side_view: SideBySideView | None = None
+
+        def show_side() -> None:
+            from app.ui.side_by_side import SideBySideView  # (pyqtgraph: not before the first paint)
+
+            if self.side_view is None:
+                self.side_view = SideBySideView(self.playground, self)
+            self.side_view.show()
+            self.side_view.raise_()
+
+        self.side_action.triggered.connect(show_side)
+        self.run_menu.addAction(self.side_action)
+
+    def _build_beam(self) -> None:
+        """Run → Beam search…: a dock with the beam tree and the finished hypotheses (app/ui/beam_view.py)."""
+        self.beam_action = QAction("&Beam search…", self, shortcut=QKeySequence("Ctrl+Shift+B"),
+                                   toolTip="Run a beam search on the prompt and watch its tree grow")
+        self.beam_view: BeamView | None = None
+
+        def show_beam() -> None:
+            from app.ui.beam_view import BeamView  # (the beam search's core modules: not before the first paint)
+
+            if self.beam_view is None:
+                self.beam_view = BeamView(self.playground, self)
+                self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.beam_view)
+                self.beam_view.setFloating(True)  # the tree needs room: its own window first, docked if dragged in
+                self.beam_view.resize(1100, 640)
+            self.beam_view.show()
+            self.beam_view.raise_()
+
+        self.beam_action.triggered.connect(show_beam)
+        self.run_menu.addAction(self.beam_action)
+        self.quant_action = QuantAction(self, self.playground)  # Run → Compare quantization… (app/ui/quant_view.py)
+        self.run_menu.addAction(self.quant_action)
+
+    def _build_speculative(self) -> None:
+        """Run → Speculative decoding…: a dock with the draft picker, k, and every round's verdicts."""
+        self.speculative_action = QAction("Spec&ulative decoding…", self, shortcut=QKeySequence("Ctrl+Shift+D"),
+                                          toolTip="A small draft model proposes, the window's model verifies")
+        self.speculative_view: SpeculativeView | None = None
+
+        def show_speculative() -> None:
+            from app.ui.speculative_view import SpeculativeView  # (not before the first paint)
+
+            if self.speculative_view is None:
+                self.speculative_view = SpeculativeView(self.playground, self)
+                self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.speculative_view)
+            self.speculative_view.show()
+            self.speculative_view.raise_()
+
+        self.speculative_action.triggered.connect(show_speculative)
+        self.run_menu.addAction(self.speculative_action)
 
     def _build_sessions(self) -> None:
         """File → New / Open / Open Recent / Save / Save As, the title's file name and modified mark, autosave."""
@@ -247,7 +347,7 @@ class MainWindow(QMainWindow):
         tb.addLayout(head)
         tb.addWidget(self.timeline, 1)
         self.center = self._splitter(Qt.Orientation.Vertical, "center", self.output, self.step_panel, timeline_box)
-        self.center.setSizes([260, 320, 220])  # a small window still gives the timeline a readable height
+        self.center.setSizes([170, 370, 230])  # a small window still gives both charts a readable height
         self.main = self._splitter(Qt.Orientation.Horizontal, "main", self.left, self.center, self._layout_side())
         self.main.setSizes([360, 760, SIDE])
         self.main.setStretchFactor(1, 1)  # a wider window widens the charts, not the prompt or the side column
@@ -282,7 +382,7 @@ class MainWindow(QMainWindow):
         self.model_bar.load_requested.connect(self.load)
         self.model_bar.folders_changed.connect(self._folders_changed)
         for view in (self.output, self.step_panel, self.timeline, self.metrics, self.model_card, self.branches,
-                     self.model_bar, self.prompt):
+                     self.model_bar, self.prompt, self.sampler):
             view.bind(pg)  # each follows the view-model itself; the window only composes
         for view in (self.output, self.step_panel):
             view.fork_requested.connect(pg.branches.fork)

@@ -45,7 +45,7 @@ class MetricsStrip(QWidget):
         row.addStretch(1)
         # the figures are cut at the window's edge rather than widening a small window
         self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        self._prompt_tokens = self._reused = 0
+        self._prompt_tokens = self._reused = self._inherited = 0
         self.clear()
 
     def _set(self, key: str, text: str) -> None:
@@ -54,27 +54,36 @@ class MetricsStrip(QWidget):
 
     def bind(self, playground: Playground) -> None:
         """Prefill figures once prefilled, live figures with each step shown while streaming, the final ones."""
-        playground.run_started.connect(lambda _request: self.clear())  # no figure of the last run stays shown
+        playground.run_started.connect(self.begin)  # no figure of the last run stays shown
         playground.cleared.connect(self.clear)
-        playground.prefilled.connect(lambda ev: self.started(len(ev.prompt_ids), ev.seconds, ev.reused))
+        playground.prefilled.connect(lambda ev: self.started(len(ev.prompt_ids) + self._inherited, ev.seconds,
+                                                             ev.reused))
         playground.step_shown.connect(lambda *_: playground.streaming and self.live(*playground.live_stats()))
         playground.finished.connect(lambda ev: self.final(ev.metrics))
+
+    def begin(self, request: object) -> None:
+        """A run starts: no figure of the last one stays shown; a branch's steps taken over count as prompt."""
+        self._inherited = len(getattr(request, "inherited", ()))  # a branch's steps taken over: prefilled context
+        self.clear()
 
     def clear(self) -> None:
         for key, name, _ in self.FIELDS:
             self.values[key].setText(f"{name}: —")
 
     def started(self, prompt_tokens: int, prefill_s: float | None, reused: int = 0) -> None:
-        """`reused`: prompt tokens an earlier run's KV cache held, not prefilled again (as `Metrics` counts)."""
+        """`prompt_tokens`: the context prefilled (a branch's: the prompt and the steps it took over, as `Metrics`
+        counts them); `reused`: those an earlier run's KV cache held, not prefilled again."""
         self._prompt_tokens = prompt_tokens
         self._reused = reused
         self._set("prefill", _per_s(prefill_rate(prompt_tokens, reused, prefill_s), ".0f"))
 
     def live(self, tokens: int, tokens_per_s: float | None, ttft_s: float | None, kv_bytes: int | None) -> None:
+        """`tokens`: the run's steps so far, a branch's taken-over ones included (they are counted in the prompt)."""
         if ttft_s is not None:
             self._set("ttft", f"{ttft_s * 1000:.0f} ms")
         self._set("rate", _per_s(tokens_per_s, ".1f"))
-        self._set("tokens", f"{self._prompt_tokens}{_cached(self._reused)} + {tokens}")
+        prompt = f"{self._prompt_tokens}{_cached(self._reused)}" if self._prompt_tokens else "—"  # a server's: unsaid
+        self._set("tokens", f"{prompt} + {max(0, tokens - self._inherited)}")
         self._set("kv", _bytes(kv_bytes))
 
     def final(self, m: Metrics) -> None:
@@ -82,7 +91,7 @@ class MetricsStrip(QWidget):
         self._set("ttft", "—" if m.ttft_s is None else f"{m.ttft_s * 1000:.0f} ms")
         self._set("rate", _per_s(m.decode_tokens_per_s, ".1f"))
         self._set("prefill", _per_s(m.prefill_tokens_per_s, ".0f"))
-        prompt = "—" if m.prompt_tokens is None else f"{m.prompt_tokens}{_cached(m.reused_tokens)}"
+        prompt = "—" if not m.prompt_tokens else f"{m.prompt_tokens}{_cached(m.reused_tokens)}"  # 0: unreported
         self._set("tokens", f"{prompt} + {m.generated_tokens}")
         itl = m.itl_mean_s is not None and m.itl_p95_s is not None
         self._set("itl", f"{m.itl_mean_s * 1000:.1f} ms ({m.itl_p95_s * 1000:.1f})" if itl else "—")

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 
-from app.core.events import Failed, Finished, Loaded, Loading, Prefilled, Request, Scored, Step
+from app.core.events import Drafted, Failed, Finished, Loaded, Loading, Prefilled, Request, Scored, Speculated, Step
 from app.core.metrics import Metrics, decode_rate
 from app.core.models import ModelSpec
 from app.core.session import Run, Session
@@ -28,7 +28,7 @@ from app.ui.editing_state import EditingState
 
 if TYPE_CHECKING:
     from app.core.model_thread import ModelThread
-    from app.core.sampling import Sample
+    from app.core.step_view import Preview
     from app.core.trace import RunTrace, StepTrace
 
 FRAME_MS = 16
@@ -46,9 +46,10 @@ class Playground(QObject):
     step_shown = Signal(int, object)  # index, StepTrace: the step every view shows (the latest, at most
     # 1000 / CHART_MS times a second while streaming, or the one selected); chart, header, cursor and the
     # output's selected token all draw from this one record, so they never disagree
-    preview_changed = Signal(object, object)  # Sample (or None), StepTrace it re-samples
+    preview_changed = Signal(object, object)  # step_view.Preview (or None), StepTrace it re-samples
     finished = Signal(object)  # Finished, of the run shown
     scored = Signal(object)  # Scored: the prompt's own token log-probabilities
+    drafted = Signal(object)  # Drafted (a speculative round) or Speculated (its run's summary)
     failed = Signal(str)  # a request failed (a load, a run that could not start): a line a person can act on
     run_error = Signal(str)  # the run shown ended in error, its tokens kept (a server cut its stream…): why
     opt_in_needed = Signal(str, str)  # message, the LoadOptions flag that would allow it
@@ -264,10 +265,12 @@ class Playground(QObject):
         j = len(self.steps) - 1 if self.selected is None else self.selected
         same = settings.pipeline() == self.trace.settings.pipeline()
         if same or self.steps[j].sample.is_partial:  # a server-reported step cannot be re-drawn: show it as it was
-            sample: Sample | None = None
+            preview: Preview | None = None
         else:
-            sample = self.trace.resample(j, settings)
-        self.preview_changed.emit(sample, self.steps[j])
+            from app.core.step_view import make_preview  # numpy's import: not before the window's first paint
+
+            preview = make_preview(self.trace, j, settings)  # one record, over the recorded logits
+        self.preview_changed.emit(preview, self.steps[j])
 
     def drain(self) -> None:
         """Take every waiting event, then emit at most one signal of each kind."""
@@ -340,6 +343,8 @@ class Playground(QObject):
                     self.run_error.emit(ev.message)
         elif isinstance(ev, Scored):
             self.scored.emit(ev)
+        elif isinstance(ev, (Drafted, Speculated)):
+            self.drafted.emit(ev)
         elif isinstance(ev, Failed):
             for run in self.session.of_request(ev.request_id):
                 if run.running:

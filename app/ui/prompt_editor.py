@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
 from app.core.events import Message, Scored
 from app.ui.chart_host import LazyHost
 from app.ui.editing_state import EditingState, Prompt
+from app.ui.formatting import token_count
 from app.ui.prompt_render import PromptRenderer, Rendered, TokenBoundaries
 
 if TYPE_CHECKING:
@@ -246,7 +247,7 @@ class PromptEditor(QWidget):
             self.count.setToolTip(r.error)  # a long one is cut at the column's edge
             return
         self.count.setToolTip(SERVER_COUNT_TIP if self.server else COUNT_TIP)
-        self.count.setText(f"{len(r.ids)} tokens")
+        self.count.setText(token_count(len(r.ids), prompt_empty=self.messages() is None and not self.prompt()))
         if self.show_tokens.isChecked():
             self.boundaries.set_tokens(list(r.ids), [self.tokenizer.token_text(i) for i in r.ids])
 

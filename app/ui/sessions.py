@@ -1,47 +1,36 @@
-"""File → New / Open… / Open Recent / Save / Save As… for the window's session, its title, and autosave.
+"""File → New / Open… / Open Recent / Save / Save As… for the window's session, and its title.
 
 `Sessions` reads the editing state (prompt, chat, sampler settings, model) and the view-model's runs into a
 `SavedSession` and puts one back (`app/core/session_file.py` writes and reads the file). The title names the file
 and marks it modified while that differs from what was last saved or opened; New, Open and closing then ask
-first. A few seconds after the last change the session is written to an autosave file (atomically, off the UI
-thread), one per window, named by its process id (`autosave-<pid>.jsonl`), so that windows running side by side
-never touch each other's. A clean exit removes it; a start offers back, one after the other in the banner, every
-autosave a window left that is gone (killed, crashed): its process no longer runs. What is offered and not
-restored stays offered at each start until a clean exit, which keeps it aside as `recovered-<pid>.jsonl` (File →
-Open reads it) and offers it no more.
+first. What is not the file's lifecycle has its own object: the autosave and the recovery of what a crashed window
+left (`Autosave`, app/ui/autosave.py), the recent files' list and menu (`RecentSessions`, app/ui/recent_sessions.py).
 """
 
 from __future__ import annotations
 
-import contextlib
-import datetime
-import logging
 import os
-import re
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
 import platformdirs
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QObject, QTimer
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QMenu, QMessageBox, QWidget
 
 from app.core import session_file
-from app.core.session_file import EncodedTraces, SavedSession, SessionFormatError
+from app.core.session_file import SavedSession, SessionFormatError
+from app.ui.autosave import Autosave
 from app.ui.banner import Banner
 from app.ui.editing_state import Prompt
 from app.ui.playground import Playground
 from app.ui.preferences import Preferences, default_path
+from app.ui.recent_sessions import RecentSessions
 
-AUTOSAVE_MS = 2500  # after the last change
-MAX_RECENT = 10
 SUFFIX = ".jsonl"
 FILTER = f"Logit Lab sessions (*{SUFFIX});;All files (*)"
-AUTOSAVE = re.compile(r"autosave(?:-(\d+))?\.jsonl")  # a window's, by its process id (none: an older version's)
 Answer = Literal["save", "discard", "cancel"]
-log = logging.getLogger(__name__)
 
 
 def state_dir(prefs: Preferences) -> Path:
@@ -52,23 +41,16 @@ def state_dir(prefs: Preferences) -> Path:
 
 
 class Sessions(QObject):
-    autosave_failed = Signal(str)  # from the writer thread: why (the banner says it)
-
     def __init__(self, window: QWidget, playground: Playground, banner: Banner, store: Preferences,
                  folder: Path) -> None:
-        """`window`: whose title names the session and over which the dialogs open."""
+        """`window`: whose title names the session and over which the dialogs open; `folder`: the autosave's."""
         super().__init__(window)
         self.w, self.pg, self.editing, self.banner, self.store = window, playground, playground.editing, banner, store
         self.path: Path | None = None  # the session's file (None: never saved)
-        self.folder, self.autosave_path = folder, folder / f"autosave-{os.getpid()}.jsonl"
-        self.offered: list[Path] = []  # autosaves of windows gone without a clean exit, offered back: newest first
-        self.recent: list[str] = store.get("recent_sessions")  # most recent first
         self._saved: tuple | None = None  # the state last saved or opened; None until the window is restored
         self._closed = False
-        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="autosave")  # one write at a time
-        self._encoded = EncodedTraces()  # the runs' lines, encoded once for every autosave (writer thread only)
-        self._timer = QTimer(self, singleShot=True, interval=AUTOSAVE_MS)
-        self._timer.timeout.connect(self.autosave)
+        self.autosave = Autosave(folder, banner, self._unsaved, self.recover, self)
+        self.recent = RecentSessions(store, self.open, window)
         self._make_actions()
         self._wire()
         QTimer.singleShot(0, self._started)  # once the window has restored its prompt and settings
@@ -81,8 +63,6 @@ class Sessions(QObject):
                                    toolTip="Open a session (or a run's trace) saved by Logit Lab")
         self.save_action = QAction("&Save session", w, shortcut=QKeySequence.StandardKey.Save)
         self.save_as_action = QAction("Save session &as…", w, shortcut=QKeySequence.StandardKey.SaveAs)
-        self.recent_menu = QMenu("Open &recent session", w)
-        self.recent_menu.aboutToShow.connect(self._fill_recent)
         self.new_action.triggered.connect(self.new)
         self.open_action.triggered.connect(self._choose_and_open)
         self.save_action.triggered.connect(self.save)
@@ -92,7 +72,7 @@ class Sessions(QObject):
         """New, Open, Open Recent, Save and Save As at the top of `menu`, then a separator."""
         first = menu.actions()[0] if menu.actions() else None
         menu.insertActions(first, [self.new_action, self.open_action])
-        menu.insertMenu(first, self.recent_menu)
+        menu.insertMenu(first, self.recent.menu)
         menu.insertActions(first, [self.save_action, self.save_as_action])
         menu.insertSeparator(first)
 
@@ -101,12 +81,11 @@ class Sessions(QObject):
             edited.connect(lambda _value: self.changed())
         self.pg.session_changed.connect(self.changed)  # a run added, finished, renamed or deleted
         self.pg.session_replaced.connect(self.changed)
-        self.autosave_failed.connect(self.banner.show_message)
 
     def _started(self) -> None:
         self._saved = self.state()
         self._show_title()
-        self._offer_recovery()
+        self.autosave.offer()
 
     # the session as the editing state holds it -----------------------------------------------------------------
     def snapshot(self, origin: str = "") -> SavedSession:
@@ -131,7 +110,7 @@ class Sessions(QObject):
         if self._saved is None or self._closed:
             return
         self._show_title()
-        self._timer.start()
+        self.autosave.later()
 
     def _show_title(self) -> None:
         self.w.setWindowTitle(f"{self.path.name if self.path else 'Untitled'}[*] — Logit Lab")
@@ -148,6 +127,18 @@ class Sessions(QObject):
         e.set_prompt(Prompt(doc.prompt, doc.messages, doc.chat))
         e.set_settings(doc.settings)
         e.set_model(replace(e.model, source=doc.model, backend=doc.backend))
+        return True
+
+    def _unsaved(self) -> SavedSession | None:
+        """What the autosave keeps: the session with unsaved changes, None without."""
+        return self.snapshot(str(self.path or "")) if self.modified else None
+
+    def recover(self, doc: SavedSession) -> bool:
+        """Show an autosaved `doc` as unsaved (under its file's name, if it had one); False if refused."""
+        if not self._may_replace() or not self._apply(doc):
+            return False
+        self.path, self._saved = (Path(doc.origin) if doc.origin else None), ()  # () : modified until saved
+        self.changed()
         return True
 
     # verbs --------------------------------------------------------------------------------------------------
@@ -179,7 +170,7 @@ class Sessions(QObject):
         if not self._apply(doc):
             return False
         self._set_path(path)
-        self._remember(path)
+        self.recent.remember(path)
         return True
 
     def save(self) -> bool:
@@ -194,31 +185,23 @@ class Sessions(QObject):
             self.banner.show_message(f"Cannot save {path}: {e.strerror or e}")
             return False
         self._set_path(path)
-        self._remember(path)
+        self.recent.remember(path)
         return True
 
     def _set_path(self, path: Path | None) -> None:
         """The session now is what `path` holds (None: a new, unsaved one): unmodified, no autosave needed."""
         self.path, self._saved = path, self.state()
         self._show_title()
-        self._timer.stop()
-        self._write(None)
+        self.autosave.clear()
 
     def may_close(self) -> bool:
         """Whether the window may close now (unsaved changes: saved or discarded, as the user answers)."""
         return self._closed or self._may_replace(running_ok=True)
 
     def closed(self) -> None:
-        """A clean exit: this run's autosave is needed no more, and a session offered back and not restored is
-        kept aside as recovered-<pid>.jsonl (File → Open reads it), offered no more."""
+        """A clean exit: no more changes are followed; the autosave's own exit (app/ui/autosave.py)."""
         self._closed = True
-        self._timer.stop()
-        self._writer.shutdown(wait=True)
-        with contextlib.suppress(OSError):
-            self.autosave_path.unlink()
-        for path in self.offered:
-            with contextlib.suppress(OSError):
-                os.replace(path, path.with_name(path.name.replace("autosave", "recovered", 1)))
+        self.autosave.closed()
 
     def _may_replace(self, running_ok: bool = False) -> bool:
         pg = self.pg
@@ -237,9 +220,9 @@ class Sessions(QObject):
         return {QMessageBox.StandardButton.Save: "save", QMessageBox.StandardButton.Discard: "discard"}.get(
             box.standardButton(box.clickedButton()), "cancel")
 
-    # file dialogs and recent files ----------------------------------------------------------------------------
+    # file dialogs -------------------------------------------------------------------------------------------
     def _folder(self) -> str:
-        where = self.path or (Path(self.recent[0]) if self.recent else None)
+        where = self.path or (Path(self.recent.paths[0]) if self.recent.paths else None)
         return str(where.parent) if where is not None else str(Path.home())
 
     def _choose_and_open(self) -> bool:
@@ -252,133 +235,6 @@ class Sessions(QObject):
         if not path:
             return False
         return self.save_as(path if Path(path).suffix else path + SUFFIX)
-
-    def _remember(self, path: Path | None) -> None:
-        """`path` first in the recent files (None: the list emptied)."""
-        if path is None:
-            self.recent = []
-        else:
-            self.recent = [str(path.resolve()), *(p for p in self.recent if p != str(path.resolve()))][:MAX_RECENT]
-        self.store.set("recent_sessions", self.recent)
-
-    def _fill_recent(self) -> None:
-        menu = self.recent_menu
-        menu.clear()
-        for i, p in enumerate(self.recent, 1):
-            action = menu.addAction(f"&{i} {Path(p).name}  —  {Path(p).parent}")
-            action.triggered.connect(lambda _=False, p=p: self.open(p))
-        if not self.recent:
-            menu.addAction("No recent sessions").setEnabled(False)
-            return
-        menu.addSeparator()
-        menu.addAction("Clear the list").triggered.connect(lambda: self._remember(None))
-
-    # autosave -----------------------------------------------------------------------------------------------
-    def autosave(self) -> None:
-        """Write the session to the autosave file if it has unsaved changes, else remove that file."""
-        if not self._closed:
-            self._write(self.snapshot(str(self.path or "")) if self.modified else None)
-
-    def _write(self, doc: SavedSession | None) -> None:
-        """Queue the autosave file's write (or removal: None) behind any still going, off the UI thread."""
-        if self._closed:
-            return
-        self._writer.submit(self._write_now, doc)
-
-    def _write_now(self, doc: SavedSession | None) -> None:
-        """On the writer thread: a failure goes to the banner (through a queued signal), never to a traceback."""
-        try:
-            _write_autosave(self.autosave_path, doc, self._encoded)
-        except OSError as e:
-            self.autosave_failed.emit(f"Autosave failed: cannot write {self.autosave_path}: {e.strerror or e}")
-
-    def _offer_recovery(self) -> None:
-        """Offer back what windows gone without a clean exit (killed, crashed) autosaved, the newest first."""
-        self.offered = crashed_autosaves(self.folder)
-        self._offer_next()
-
-    def _offer_next(self) -> None:
-        """The banner's offer of the newest autosave still offered (one that cannot be read is kept aside)."""
-        while self.offered:
-            path = self.offered[0]
-            try:
-                head = session_file.load_header(path)
-                when = datetime.datetime.fromtimestamp(path.stat().st_mtime).strftime("%H:%M on %d %b")
-            except (OSError, SessionFormatError) as e:  # nothing this version can read: not offered again
-                log.warning("the autosaved session %s cannot be read (%s): it is kept as recovered-…", path,
-                            getattr(e, "strerror", None) or e)
-                self.offered.pop(0)
-                with contextlib.suppress(OSError):
-                    os.replace(path, path.with_name(path.name.replace("autosave", "recovered", 1)))
-                continue
-            what = f"“{Path(head.origin).name}”" if head.origin else "an unsaved session"
-            start = " ".join(head.prompt.split())[:40]
-            more = f" ({len(self.offered) - 1} more after it)" if len(self.offered) > 1 else ""
-            self.banner.show_message(f"Logit Lab did not close cleanly: {what} from {when} (prompt “{start}…”) "
-                                       f"can be restored{more}.", "Restore", self.restore)
-            return
-
-    def restore(self) -> bool:
-        """Open the newest session offered back, unsaved (under its file's name, if it had one); then offer the
-        next one, if there is one."""
-        if not self.offered:
-            return False
-        path = self.offered[0]
-        try:
-            doc = session_file.load(path)
-        except (OSError, SessionFormatError) as e:
-            self.offered.pop(0)
-            self.banner.show_message(f"Cannot restore the autosaved session: {getattr(e, 'strerror', None) or e}")
-            return False
-        if not self._may_replace() or not self._apply(doc):
-            return False
-        self.offered.pop(0)
-        self.path, self._saved = (Path(doc.origin) if doc.origin else None), ()  # () : modified until saved
-        self._write(None)  # any autosave of this run so far is of what was just replaced
-        with contextlib.suppress(OSError):  # the restored session is this run's autosave now: safe if killed again
-            self._writer.submit(os.replace, path, self.autosave_path).result()
-        self.changed()
-        self._offer_next()
-        return True
-
-
-def crashed_autosaves(folder: Path) -> list[Path]:
-    """The autosave files in `folder` of windows gone without a clean exit, newest first. A window still running
-    keeps its own: its process is alive and was started before the file was last written (one started later
-    holds a reused process id)."""
-    found = []
-    for path in folder.glob("autosave*.jsonl"):
-        match = AUTOSAVE.fullmatch(path.name)
-        pid = int(match[1]) if match and match[1] else None
-        if not match or pid == os.getpid():
-            continue
-        try:
-            written = path.stat().st_mtime
-        except OSError:  # gone meanwhile (restored by another window)
-            continue
-        if pid is None or not _running_since(pid, written):
-            found.append((written, path))
-    return [path for _, path in sorted(found, reverse=True)]
-
-
-def _running_since(pid: int, written: float) -> bool:
-    import psutil  # (not before the window's first paint)
-
-    try:
-        return psutil.Process(pid).create_time() <= written + 1  # +1: the two clocks' rounding
-    except psutil.NoSuchProcess:  # a zombie too: it runs no more
-        return False
-    except psutil.Error:  # alive, and not ours to look at: left alone
-        return True
-
-
-def _write_autosave(path: Path, doc: SavedSession | None, cache: EncodedTraces) -> None:
-    if doc is None:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    session_file.save(doc, path, cache)
 
 
 def question(parent: QWidget, name: str) -> QMessageBox:

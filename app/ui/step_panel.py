@@ -1,7 +1,8 @@
-"""The step panel: a header naming the step shown and the step chart under it, bound to the view-model.
+"""The step panel: a header naming the step shown, a strip of what each stage kept, and the step chart under it,
+bound to the view-model.
 
 It draws the step the view-model says is shown (`step_shown`) and previews under other settings
-(`preview_changed`); header and chart always come from the same record. No maths of its own.
+(`preview_changed`); header, strip and chart always come from the same record. No maths of its own.
 """
 
 from __future__ import annotations
@@ -11,14 +12,14 @@ import math
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QLabel, QMenu, QSizePolicy, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QMenu, QSizePolicy, QVBoxLayout, QWidget
 
 from app.ui.chart_host import ChartHost
-from app.ui.formatting import EMPTY, format_prob, visible
+from app.ui.formatting import EMPTY, format_prob, stage_strip, visible
 
 if TYPE_CHECKING:
-    from app.core.sampling import Sample
-    from app.core.trace import StepTrace
+    from app.core.step_view import Preview, StageKept
+    from app.core.trace import Sample, StepTrace
     from app.ui.playground import Playground
 
 IDLE = "<b>Next-token distribution</b>"
@@ -26,6 +27,21 @@ IDLE = "<b>Next-token distribution</b>"
 
 def _visible(text: str) -> str:
     return html.escape(visible(text))
+
+
+def _stages_kept(s: Sample) -> list[StageKept]:
+    from app.core import step_view  # numpy's import: not before the window's first paint (a step comes after)
+
+    return step_view.stages_kept(s)
+
+
+def _approximate(p: Preview) -> str:
+    """What of a preview the unrecorded tail would change, in a line."""
+    if not p.approximate:
+        return "exact: the recorded logits hold all of the model's probability"  # (a small vocabulary)
+    rows = ", ".join(r.replace("_", "-") for r in p.approximate)  # RAW_ROW reads as it is
+    return (f"≈ approximate: {rows} (from the {len(p.sample.top_ids)} recorded logits, "
+            f"{format_prob(p.recorded_mass)} of the mass)")
 
 
 class StepPanel(QWidget):
@@ -37,16 +53,33 @@ class StepPanel(QWidget):
         self.trace: StepTrace | None = None  # the step shown (a preview shows the same step's candidates)
         self.title = QLabel(IDLE)
         self.title.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # cut, not widened
+        self.log = QCheckBox("log scale", checked=True, toolTip="Probabilities on a log axis, so the tail and the "
+                             "cut lines of top-k and min-p read; off: a linear 0–1 axis")
+        self.strip = QLabel("", wordWrap=True, textFormat=Qt.TextFormat.PlainText,
+                            toolTip="Each stage in order: how many tokens of the vocabulary it kept and the share of "
+                            "its input's probability they hold (where all of them are among the recorded candidates)")
+        self.strip.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.strip.setStyleSheet("color: gray")
+        small = self.strip.font()
+        small.setPointSizeF(max(6.0, small.pointSizeF() * 0.85))
+        self.strip.setFont(small)
         self.chart = ChartHost("StepChart")  # a step_chart.StepChart, built after the window's first paint
         self.chart.built.connect(self._chart_built)
+        self.log.toggled.connect(lambda on: self.chart.chart.set_log(on) if self.chart.is_built else None)
+        head = QHBoxLayout()
+        head.addWidget(self.title, 1)
+        head.addWidget(self.log)
         box = QVBoxLayout(self)
         box.setContentsMargins(0, 0, 0, 0)
-        box.addWidget(self.title)
+        box.setSpacing(1)
+        box.addLayout(head)
+        box.addWidget(self.strip)
         box.addWidget(self.chart, 1)
 
     def _chart_built(self, chart: QWidget) -> None:
         chart.scene().sigMouseClicked.connect(self._clicked)
         chart.hint = "Click a candidate's bars to continue the run with it from this step"
+        chart.set_log(self.log.isChecked())
 
     def bind(self, pg: Playground) -> None:
         pg.run_started.connect(lambda _request: self.clear())
@@ -57,6 +90,7 @@ class StepPanel(QWidget):
     def clear(self, note: str = "waiting for the first token…") -> None:
         self.chart.chart.clear_step(note)
         self.title.setText(IDLE)
+        self.strip.setText("")
         self.trace = None
 
     def bar_menu(self, i: int) -> QMenu | None:
@@ -83,24 +117,27 @@ class StepPanel(QWidget):
     def show_step(self, _i: int, trace: StepTrace) -> None:
         self.trace = trace
         s = trace.sample
-        self.chart.chart.show_sample(s, trace.top_texts)
+        self.chart.chart.show_sample(s, trace.top_texts, drawn_text=trace.text)
+        self.strip.setText(stage_strip(_stages_kept(s)) if not s.is_partial else "")
         drew = f"<b>Step {trace.step}</b> — drew <code>{_visible(trace.text)}</code>"
         p, kind = trace.drawn_prob
+        rank = "" if s.rank is None else f", rank {s.rank}"
         if kind == "model":  # a server's record: the model's probability; the server's sampling not observed
-            rank = "" if s.rank is None else f", rank {s.rank}"
             self.title.setText(f"{drew} with p under the model = {format_prob(p)}{rank} "
                                "<span style='color:gray'>(the server's sampling not observed)</span>")
             return
-        model = "not reported" if trace.raw_prob is None else f"{trace.raw_prob:.3f}, rank {s.rank}"
-        self.title.setText(f"{drew} with p = {'?' if p is None else f'{p:.3f}'} (model: {model})")
+        model = "not reported" if trace.raw_prob is None else f"{format_prob(trace.raw_prob)}{rank}"
+        self.title.setText(f"{drew} with p = {'?' if p is None else format_prob(p)} (model: {model})")
 
-    def preview(self, sample: Sample | None, trace: StepTrace) -> None:
-        """Step `trace` re-sampled under the panel's settings (`sample`; None: the same as recorded)."""
-        if sample is None:
+    def preview(self, preview: Preview | None, trace: StepTrace) -> None:
+        """Step `trace` re-sampled under the panel's settings (`preview`; None: the same as recorded)."""
+        if preview is None:
             self.show_step(trace.step, trace)
             return
-        self.chart.chart.show_sample(sample, trace.top_texts)
+        sample = preview.sample
         ids = sample.top_ids[: len(trace.top_texts)].tolist()
-        text = _visible(trace.top_texts[ids.index(sample.token)]) if sample.token in ids else f"token {sample.token}"
+        text = trace.top_texts[ids.index(sample.token)] if sample.token in ids else f"token {sample.token}"
+        self.chart.chart.show_sample(sample, trace.top_texts, drawn_text=text)
+        self.strip.setText(f"{stage_strip(_stages_kept(sample), preview.approximate)}\n{_approximate(preview)}")
         self.title.setText(f"<b>Step {trace.step}, re-sampled with the panel's settings</b> — would draw "
-                           f"<code>{text}</code> with p = {sample.prob:.3f}")
+                           f"<code>{_visible(text)}</code> with p = {format_prob(sample.prob)}")

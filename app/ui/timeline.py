@@ -20,6 +20,8 @@ from app.core.trace import StepTrace
 from app.ui.charts import DRAWN, FINAL, RAW, UNCERTAIN, ThemedPlot, _faded, _show_tip, finite
 from app.ui.formatting import DIVERGED, format_prob
 
+MARK_PX = 15  # the uncertain-step marks' size
+MARK_ROW = (1.1, 1.22)  # where they sit on the left view (p 0–1 below them), and its top
 SPREAD_MS = 50  # while streaming the timeline redraws this long after the step chart (which does every 100 ms)
 
 
@@ -37,8 +39,8 @@ def _set_known(item: pg.PlotDataItem, x: np.ndarray, v: np.ndarray) -> None:
 
 class TimelineChart(ThemedPlot):
     """Chosen-token probability (left axis, an area) and entropy (right axis, a line) per step, both or either
-    (`chart_host.SERIES`); click to select a step. The most uncertain steps (`uncertain_steps`) carry a mark:
-    clicking one asks to fork there with the runner-up.
+    (`chart_host.SERIES`); click to select a step. The most uncertain steps (`uncertain_steps`) carry a mark in a
+    row above the curves: clicking one asks to fork there with the runner-up.
     Bound to the view-model through its host (`chart_host.TimelineHost.bind`)."""
 
     step_clicked = Signal(int)
@@ -51,7 +53,8 @@ class TimelineChart(ThemedPlot):
         pi.setLabel("bottom", "step")
         pi.showAxis("right")
         pi.setLabel("right", "entropy (nats)", color=RAW.name())
-        pi.setYRange(0, 1.02, padding=0)
+        pi.setYRange(0, MARK_ROW[1], padding=0)
+        pi.getAxis("left").setTicks([[(v / 5, f"{v / 5:g}") for v in range(6)]])  # 0–1: the marks' row unlabelled
         pi.setMouseEnabled(x=True, y=False)
         # a long run is drawn as one min-max pair per pixel column (pyqtgraph's default keeps ~5 samples per pixel:
         # a 10,000-step curve cost ~8 ms a repaint); the curves' values are made finite before they are set
@@ -72,12 +75,15 @@ class TimelineChart(ThemedPlot):
         self.cursor = pg.InfiniteLine(angle=90, pen=pg.mkPen(DRAWN, width=1))
         self.addItem(self.cursor)
         self.uncertain_above: float | None = None  # entropy (nats) that marks a step; None: the top 5 %
-        self.marks = pg.ScatterPlotItem(symbol="t1", size=11, pen=None, brush=pg.mkBrush(UNCERTAIN), hoverable=True,
-                                        tip=lambda x, y, data: f"step {x:.0f}: entropy {y:.2f} nats — click to "
+        # in a row of their own above the curves (the left view's 1.04–1.2), large: seen and hit at any height
+        self.marks = pg.ScatterPlotItem(symbol="t1", size=MARK_PX, pen=pg.mkPen(UNCERTAIN.darker(150), width=1),
+                                        brush=pg.mkBrush(UNCERTAIN), hoverable=True, hoverSize=MARK_PX + 4,
+                                        tip=lambda x, y, data: f"step {x:.0f}: entropy {data:.2f} nats — click to "
                                         "continue with the runner-up token here")
         self.marks.sigClicked.connect(lambda _item, points, _ev: self.uncertain_clicked.emit(
             round(points[0].pos().x())))
-        self.vb2.addItem(self.marks)
+        self.marks.setZValue(10)
+        self.addItem(self.marks)
         self.diverged_line = pg.InfiniteLine(angle=90, pen=pg.mkPen(DIVERGED, width=1, style=Qt.PenStyle.DashLine),
                                              label="differs", labelOpts={"position": 0.92, "color": DIVERGED})
         self.addItem(self.diverged_line)
@@ -108,7 +114,7 @@ class TimelineChart(ThemedPlot):
 
     def show_series(self, which: str) -> None:
         """Draw both curves ("both"), or only "prob" or only "entropy", each with its own axis. The uncertain
-        marks stay: they sit at their entropy, on the right axis's scale."""
+        marks stay, in their row above the curves."""
         prob, entropy = which in ("both", "prob"), which in ("both", "entropy")
         pi = self.getPlotItem()
         self.prob.setVisible(prob)
@@ -129,6 +135,7 @@ class TimelineChart(ThemedPlot):
         self.cursor.setValue(0)
         self.cursor.setVisible(False)  # no run, no step to point at
         self.marks.setData([], [])
+        self.vb2.setYRange(0, 1.0 * MARK_ROW[1], padding=0)  # a new run's entropy axis starts afresh
         self.diverged_line.setVisible(False)
         self.getPlotItem().setXRange(0, 10, padding=0.02)  # steps, not a unitless axis around 0
         self._say()
@@ -165,8 +172,9 @@ class TimelineChart(ThemedPlot):
             _set_known(item, x, v)
         h = finite(h)
         marked = uncertain_steps(self._h[: self.n], above=self.uncertain_above)
-        self.marks.setData(marked, h[marked] if marked else [])
-        self.vb2.setYRange(0, max(1.0, float(h.max()) * 1.05 if self.n else 1.0), padding=0)
+        self.marks.setData(marked, [MARK_ROW[0]] * len(marked), data=h[marked] if marked else [])
+        top = max(1.0, float(h.max()) * 1.05 if self.n else 1.0)
+        self.vb2.setYRange(0, top * MARK_ROW[1], padding=0)  # the curves under the marks' row, as p's are
         self.getPlotItem().setXRange(0, max(self.n - 1, 10), padding=0.02)
         for vb in (self.getPlotItem().vb, self.vb2):  # the new range applied now: applied in the paint, it moves
             vb.prepareForPaint()  # the items again and asks for a second paint of the whole chart

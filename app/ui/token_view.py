@@ -3,7 +3,8 @@
 Tokens are inserted at an end cursor once per frame with a cached character format per shade, so appending
 costs the same at token 10,000 as at token 10 (no relayout of the whole text, no per-token selections).
 Hovering a token shows its probability, rank and the alternatives; clicking selects its step; right-click
-branches from it. It draws the `StepTrace` records it is given and computes no probability itself.
+branches from it; Edit (or a double-click) makes the output editable and Ctrl+Enter continues from the edited text
+(app/ui/output_edit.py). It draws the `StepTrace` records it is given and computes no probability itself.
 """
 
 from __future__ import annotations
@@ -13,12 +14,24 @@ import html
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QPoint, Qt, Signal
-from PySide6.QtGui import QColor, QContextMenuEvent, QMouseEvent, QTextCharFormat, QTextCursor
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QMenu, QSizePolicy, QTextEdit, QVBoxLayout, QWidget
+from PySide6.QtGui import QColor, QContextMenuEvent, QFont, QMouseEvent, QTextCharFormat, QTextCursor
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QMenu,
+    QSizePolicy,
+    QStackedWidget,
+    QTextEdit,
+    QVBoxLayout,
+    QWidget,
+)
 
+from app.core.edits import EDIT
 from app.core.events import Step
 from app.core.export import SHADES, shade, shade_rgba
-from app.ui.formatting import DIVERGED, format_prob, recorded_prob, visible
+from app.ui.formatting import DIVERGED, INHERITED, format_prob, recorded_prob, visible
+from app.ui.output_edit import OutputEdit
+from app.ui.output_editor import typed_format
 from app.ui.token_spans import Legend, TokenSpans
 
 if TYPE_CHECKING:
@@ -27,10 +40,18 @@ if TYPE_CHECKING:
 ALTERNATIVES = 5  # tokens offered by the output's branch menu
 
 
+def _faded_shade(c: QColor) -> QColor:
+    """A token's shade at half its opacity: the inherited text's background."""
+    c = QColor(c)
+    c.setAlpha(c.alpha() // 2)
+    return c
+
+
 class TokenText(TokenSpans):
     step_clicked = Signal(int)
     fork_requested = Signal(int, int)  # step, token: continue with this token from there
     regenerate_requested = Signal(int)  # step: draw again from there, with a new seed
+    edit_requested = Signal(int)  # a double-click: edit the output, the cursor at this document position
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -54,6 +75,7 @@ class TokenText(TokenSpans):
         self._traces: dict[int, object] = {}
         self._selected: int | None = None
         self._branch: int | None = None  # the step where this run left its parent: the steps before are its
+        self._prefix = 0  # characters before the first token: an edit's text, which its prompt holds
         self.shaded_by: set[str] = set()  # which probabilities shade the tokens: "sampled", "model" (drawn_prob)
 
     def set_branch(self, step: int | None) -> None:
@@ -61,23 +83,48 @@ class TokenText(TokenSpans):
         self._branch = step
 
     def _branch_format(self, fmt: QTextCharFormat, step: int) -> QTextCharFormat:
-        if step < self._branch:
+        if step < self._branch:  # dark grey on its shade faded: read apart from the run's own, and still read
             fmt = QTextCharFormat(fmt)
-            fmt.setForeground(QColor(128, 128, 128))
+            fmt.setForeground(INHERITED)
+            if fmt.hasProperty(QTextCharFormat.Property.BackgroundBrush):
+                fmt.setBackground(_faded_shade(fmt.background().color()))
         return fmt
 
+    def show_edit(self, text: str, kept: int) -> None:
+        """Put an edit's text before the tokens (its prompt after its parent's): its first `kept` characters, the
+        parent's tokens it kept, in the inherited grey, the rest in the typed look."""
+        plain = QTextCharFormat()
+        plain.setForeground(INHERITED)
+        cur = QTextCursor(self.document())
+        cur.insertText(text[:kept], plain)
+        cur.insertText(text[kept:], typed_format())
+        n = cur.position()
+        self._prefix += n
+        self._starts = [s + n for s in self._starts]
+        self._last_end += n
+
+    def output_range(self) -> tuple[int, int]:
+        """Where the run's own tokens are in the document: after an edit's text, before the end mark."""
+        return self._prefix, max(self._prefix, self._last_end)
+
     def mark_divergence(self, step: int) -> None:
-        """A wave underline under the first token that differs from the parent's (or, when that token shows no
-        text of its own, under the first one after it that does)."""
+        """The first token that differs from the parent's (or, when that token shows no text of its own, the first
+        one after it that does) in bold red with a wave underline, carried on to the next token while it is only
+        white space."""
         i = bisect.bisect_left(self._step_of, step)
         if i >= len(self._step_of):
             return
+        end = i
+        while end + 1 < len(self._step_of) and not self.span_text(end).strip():  # a space alone: a 4-px tick
+            end += 1
         cur = QTextCursor(self.document())
         cur.setPosition(self._starts[i])
-        cur.setPosition(self.span_end(i), QTextCursor.MoveMode.KeepAnchor)
+        cur.setPosition(self.span_end(end), QTextCursor.MoveMode.KeepAnchor)
         fmt = QTextCharFormat()
         fmt.setUnderlineStyle(QTextCharFormat.UnderlineStyle.WaveUnderline)
         fmt.setUnderlineColor(DIVERGED)
+        fmt.setForeground(DIVERGED)
+        fmt.setFontWeight(QFont.Weight.Bold)
         cur.mergeCharFormat(fmt)
 
     def append_steps(self, steps: list[Step]) -> None:
@@ -184,6 +231,10 @@ class TokenText(TokenSpans):
             menu.insertSeparator(first)
         menu.exec(e.globalPos())
 
+    def mouseDoubleClickEvent(self, e: QMouseEvent) -> None:  # noqa: N802 - Qt override
+        if e.button() == Qt.MouseButton.LeftButton:
+            self.edit_requested.emit(self.cursorForPosition(e.position().toPoint()).position())
+
     def mousePressEvent(self, e: QMouseEvent) -> None:  # noqa: N802 - Qt override
         step = self.step_at(e.position().toPoint())
         if step is not None and e.button() == Qt.MouseButton.LeftButton:
@@ -203,7 +254,7 @@ SHADING = {  # what shades the output's tokens (TokenText.shaded_by): the legend
 
 
 class TokenView(QWidget):
-    """The token text with its legend above."""
+    """The token text with its legend above, and the same text made editable (Edit) to continue from."""
 
     fork_requested = Signal(int, int)  # step, token
     regenerate_requested = Signal(int)  # step
@@ -211,6 +262,11 @@ class TokenView(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.text = TokenText()
+        self.pages = QStackedWidget()  # the text, or while editing the editor (`edit`)
+        self.pages.addWidget(self.text)
+        self.edit = OutputEdit(self.text, self.pages, self)
+        self._pg: Playground | None = None
+        self._note_text = ""  # the branch note while not editing
         legend = QHBoxLayout()
         legend.addWidget(QLabel("<b>Output</b>"))
         self.branch_note = QLabel(styleSheet="color: gray")
@@ -220,21 +276,28 @@ class TokenView(QWidget):
         self.legend = Legend(lambda x: QColor(*shade_rgba(shade(x))[:3]), SHADING[frozenset({"sampled"})][1])
         self._shading: frozenset[str] = frozenset()
         self._name_shading()
-        for w in (self.scale, self.legend, QLabel("1")):
+        self._scale = (self.scale, self.legend, QLabel("1"))  # hidden while editing: room for the note
+        for w in (*self._scale, self.edit.bar):
             legend.addWidget(w)
+        self.edit.note.connect(self._edit_note)
+        self.edit.editing_changed.connect(self._show_scale)
         box = QVBoxLayout(self)
         box.setContentsMargins(0, 0, 0, 0)
         box.addLayout(legend)
-        box.addWidget(self.text)
+        box.addWidget(self.pages)
 
     def bind(self, pg: Playground) -> None:
         """The shown run's text as it streams, its end, the token of the step shown; a click selects a step.
         While the latest step streams by, no token is selected: it moves too fast to follow."""
         t = self.text
-        pg.run_started.connect(lambda request: (t.clear_run(), t.set_branch(pg.branches.branch_step),
-                                                self._note(request), self._name_shading()))
-        pg.cleared.connect(lambda: (t.clear_run(), t.set_branch(None), self.branch_note.setText(""),
+        self._pg = pg
+        pg.run_started.connect(lambda request: (self.edit.stop(), t.clear_run(),
+                                                t.set_branch(pg.branches.branch_step), self._note(request),
+                                                self._name_shading()))
+        pg.cleared.connect(lambda: (self.edit.stop(), t.clear_run(), t.set_branch(None), self._set_note(""),
                                     self._name_shading()))
+        pg.prefilled.connect(self._show_edit)
+        self.edit.bind(pg)
         pg.branches.diverged.connect(t.mark_divergence)
         t.fork_requested.connect(self.fork_requested)
         t.regenerate_requested.connect(self.regenerate_requested)
@@ -243,6 +306,21 @@ class TokenView(QWidget):
         pg.step_shown.connect(lambda _i, trace: t.select(None if pg.following else trace.step))
         pg.preview_changed.connect(lambda _s, trace: t.select(trace.step))
         t.step_clicked.connect(pg.select_step)
+
+    def _show_edit(self, _prefilled: object) -> None:
+        """An edit's run shows the text it continues before its tokens (what its prompt holds after its parent's)."""
+        edit = self._pg.branches.edited
+        if edit is not None:
+            self.text.show_edit(*edit)
+
+    def _edit_note(self, text: str) -> None:
+        """The editor's note while editing ("": the run's own note again), whole in its tooltip."""
+        self.branch_note.setText(text or self._note_text)
+        self.branch_note.setToolTip(text or self._note_text)
+
+    def _show_scale(self, editing: bool) -> None:
+        for w in self._scale:
+            w.setVisible(not editing)
 
     def append_steps(self, steps: list[Step]) -> None:
         self.text.append_steps(steps)
@@ -262,6 +340,17 @@ class TokenView(QWidget):
         """Where the shown branch left its parent, and what the marks mean."""
         k = request.parent[1] if request.parent is not None else None
         kind = request.branch or "branch"
-        self.branch_note.setText("" if k is None else f"{kind} from step {k}: grey text is its parent's, a wavy "
-                                 "underline the first token that differs")
-        self.branch_note.setToolTip(self.branch_note.text())
+        if k is None:
+            self._set_note("")
+        elif kind == EDIT:
+            self._set_note(f"edit of run {request.parent[0]} after {k} tokens: grey kept, blue your text (both "
+                           "its prompt), shaded the continuation")
+        else:
+            self._set_note(f"{kind} from step {k}: grey text is its parent's, a wavy underline the first token "
+                           "that differs")
+
+    def _set_note(self, text: str) -> None:
+        self._note_text = text
+        self.branch_note.setText(text)
+        self.branch_note.setToolTip(text)
+

@@ -26,7 +26,7 @@ def final_probs(logits, s: SamplerSettings, history=None) -> np.ndarray:
     if history is not None:
         x = apply_penalties(NUMPY, x, s, history.context, history.generated)
     for _, fn in make_stages(s, len(x)):
-        x = fn(NUMPY, x).x
+        x = fn(NUMPY, x, NUMPY.f32([0.5, 0.5]), None).x
     return softmax(x)
 
 
@@ -202,7 +202,7 @@ def stage_logits(x: np.ndarray, s: SamplerSettings, history: History | None = No
     if history is not None:
         xs.append(apply_penalties(NUMPY, xs[0], s, history.context, history.generated))
     for _, fn in make_stages(s, len(x)):
-        xs.append(fn(NUMPY, xs[-1]).x)
+        xs.append(fn(NUMPY, xs[-1], NUMPY.f32([0.5, 0.5]), None).x)
     return xs
 
 

@@ -19,6 +19,7 @@ from app.core.events import Finished, Message, Request
 from app.core.metrics import Metrics
 from app.core.session import Session
 from app.core.session_file import (
+    MAX_RUN_ID,
     EncodedTraces,
     SavedSession,
     SessionFormatError,
@@ -120,19 +121,32 @@ def test_the_file_is_a_header_then_per_run_a_name_line_and_its_trace_lines(tmp_p
     assert i == len(lines)
 
 
-def test_a_reopened_session_gives_its_runs_fresh_ids_and_their_parents_follow():
+def test_a_reopened_session_keeps_its_run_ids_and_later_runs_take_new_ones():
+    """The issue: run 6 with parent [5, 70] came back as run 5 with parent [4, 70], and its export was titled by
+    the new id. Ids are the runs' names: kept on open; a run started after it gets an id above them."""
     doc = make_doc()
     session, shown = to_session(doc)
     runs = list(session.runs.values())
     assert [r.name for r in runs] == [r.name for r in doc.runs]
     old = [r.id for r in doc.runs]
-    assert all(r.id not in old for r in runs)  # ids this process gave out elsewhere are never reused
+    assert [r.id for r in runs] == old and [r.parent for r in runs] == [r.parent for r in doc.runs]
+    assert [r.trace.run_id for r in runs] == old and [r.trace.parent for r in runs] == [r.parent for r in runs]
+    assert shown == old[1] and all(not r.running and r.steps == list(r.trace.steps) for r in runs)
+    assert session.children(runs[0].id) == [runs[1]]
+    assert Request().id > max(old)  # a later run never takes a saved id
+    again, _ = to_session(doc)  # and opening it twice gives the same ids
+    assert list(again.runs) == old
+
+
+def test_ids_a_file_could_not_have_written_are_given_fresh_and_parents_follow():
+    doc = make_doc()
+    big = [replace(r, trace=replace(r.trace, run_id=MAX_RUN_ID + 1 + i,
+                                    parent=None if r.parent is None else (MAX_RUN_ID + i, r.parent[1])))
+           for i, r in enumerate(doc.runs)]
+    session, _ = to_session(replace(doc, runs=tuple(big), shown=None))
+    runs = list(session.runs.values())
+    assert all(r.id <= MAX_RUN_ID for r in runs)
     assert [r.parent for r in runs] == [None, (runs[0].id, 2), (runs[1].id, 1)]
-    assert [r.trace.run_id for r in runs] == [r.id for r in runs] and [r.trace.parent for r in runs] == [
-        r.parent for r in runs]
-    assert shown == runs[1].id and all(not r.running and r.steps == list(r.trace.steps) for r in runs)
-    assert session.children(runs[0].id) == [runs[1]] and Request().id not in session.runs
-    assert [r.id for r in doc.runs] == old  # the saved session is not changed by it
 
 
 def test_a_parent_left_out_of_the_file_makes_its_child_a_root():

@@ -16,10 +16,10 @@ from app.core.events import Step
 from app.core.sampling import sample
 from app.core.settings import SamplerSettings, StageOrder
 from app.core.trace import Sample, StepTrace
-from app.ui.charts import RAW
+from app.ui.charts import RAW, _faded, stage_style
 from app.ui.formatting import format_prob
 from app.ui.main_window import MainWindow
-from app.ui.step_chart import CUT_BY, StepChart
+from app.ui.step_chart import StepChart
 from app.ui.timeline import TimelineChart
 from backends.ops import NUMPY
 
@@ -55,19 +55,33 @@ def legend(chart: StepChart) -> list[str]:
     return [label.text for _, label in chart.legend.items]
 
 
+def tops(chart: StepChart, bars: object) -> np.ndarray:
+    """The probability each bar reaches, read back through the chart's axis (its scale: log or linear)."""
+    return chart.scale.prob(np.asarray(bars.opts["height"], dtype=np.float64) + bars.opts["y0"])
+
+
+def assert_bars_are(chart: StepChart, bars: object, probs: np.ndarray) -> None:
+    """Bars stand on the axis's floor and reach each recorded probability (one above the floor: exactly where the
+    scale puts it, and read back the same to float precision)."""
+    np.testing.assert_array_equal(bars.opts["height"], chart.scale.y(probs) - chart.scale.base)
+    above = probs > chart.scale.prob(chart.scale.base)
+    np.testing.assert_allclose(tops(chart, bars)[above], probs[above], rtol=1e-9)
+
+
 def assert_draws_the_record(chart: StepChart, s: Sample, texts: tuple[str, ...]) -> None:
     n = len(texts)
     x = np.arange(n)
-    np.testing.assert_array_equal(chart.raw.opts["height"], s.probs[0])  # raw bars: row 0
+    assert chart.n == n
+    assert_bars_are(chart, chart.raw, s.probs[0])  # raw bars: row 0
     np.testing.assert_array_equal(chart.raw.opts["x"], x - 0.2)
-    np.testing.assert_array_equal(chart.final.opts["height"], s.probs[-1])  # sampled from: the last row
+    assert_bars_are(chart, chart.final, s.probs[-1])  # sampled from: the last row
     np.testing.assert_array_equal(chart.final.opts["x"], x + 0.2)
     assert greyed(chart) == [not s.kept[:, i].all() for i in range(n)]
     assert outlined(chart) == np.flatnonzero(s.top_ids[:n] == s.token).tolist()
     cut = [s.cut_by(i) for i in range(n)]  # a cut candidate's model bar: the colour of the stage that cut it
     assert [b.color().getRgb() for b in chart.raw.opts["brushes"]] == [
-        (RAW if c is None else CUT_BY[c]).getRgb() for c in cut]
-    names = [f"cut by {c.replace('_', '-')}" for c in CUT_BY if c in cut]  # each stage named once
+        (RAW if c is None else _faded(stage_style(c).color)).getRgb() for c in cut]
+    names = [f"cut by {stage_style(c).label}" for c in dict.fromkeys(cut) if c is not None]  # each named once
     assert [t for t in legend(chart) if t.startswith("cut by")] == names
     for i, c in enumerate(cut):  # and its tooltip says which stage cut it, and why, with the record's threshold
         tip = chart.bar_tip(i)
@@ -77,8 +91,8 @@ def assert_draws_the_record(chart: StepChart, s: Sample, texts: tuple[str, ...])
         else:
             t = float(s.thresholds[s.stage_index(c)])
             assert f"cut by {c.replace('_', '-')}" in tip
-            assert c == "greedy" or f"{t:.3g}" in tip or f"{t:.2f}" in tip
-    ticks = chart.getPlotItem().getAxis("bottom")._tickLevels[0]
+            assert c == "greedy" or format_prob(t) in tip
+    ticks = chart.getPlotItem().getAxis("bottom")._tickLevels[0][:n]
     assert [x for x, _ in ticks] == list(range(n))
     for (_, label), text in zip(ticks, texts, strict=True):  # each candidate's text, cut to fit if need be
         assert label == text or (label.endswith("…") and text.startswith(label[:-1]))
@@ -97,9 +111,10 @@ def assert_draws_the_record(chart: StepChart, s: Sample, texts: tuple[str, ...])
         assert stage.line.isVisible() == (i is not None) and stage.marks.isVisible() == (i is not None)
         if i is None:
             continue
-        assert stage.line.value() == s.thresholds[i]  # the line, in the space of its stage's input ...
+        assert stage.threshold == s.thresholds[i]  # the line, in the space of its stage's input ...
+        assert stage.line.value() == chart.scale.y(s.thresholds[i])
         mx, my = stage.marks.getData()
-        np.testing.assert_array_equal(my, np.repeat(s.probs[i], 2))  # ... drawn over that input
+        np.testing.assert_array_equal(my, np.repeat(chart.scale.y(s.probs[i]), 2))  # ... drawn over that input
         np.testing.assert_allclose(mx.reshape(-1, 2).mean(axis=1), x)
     assert chart.shown == (s, texts)
 
@@ -114,9 +129,9 @@ def test_every_number_on_the_step_chart_is_the_records(chart, order, seed):
     assert_draws_the_record(chart, s, texts)
     k, m = (float(s.thresholds[s.stage_index(name)]) for name in ("top_k", "min_p"))
     shown = legend(chart)
-    assert shown[:3] == ["model (raw)", "sampled from", "top-p's running mass"]
+    assert shown[:3] == ["model (raw)", "sampled from", "top-p's running mass (right)"]
     for entry, name, value in zip(shown[3:5], ("top-k", "min-p"), (k, m), strict=True):  # the line's value, rounded
-        assert entry == f"{name}'s input · cut at " + (f"{value:.3f}" if value >= 0.001 else f"{value:.1e}")
+        assert entry == f"{name}'s input · cut at {format_prob(value)}"
 
 
 @pytest.mark.parametrize("order", list(StageOrder))
@@ -129,6 +144,9 @@ def test_a_threshold_line_separates_what_its_stage_kept_from_what_it_cut(chart, 
     _, marks = stage.marks.getData()
     kept = s.kept[s.stage_index("min_p")]
     assert (~kept).any() and kept.any()
+    assert (marks[::2][kept] >= stage.line.value()).all() and (marks[::2][~kept] < stage.line.value()).all()
+    chart.set_log(False)  # on either axis
+    _, marks = stage.marks.getData()
     assert (marks[::2][kept] >= stage.line.value()).all() and (marks[::2][~kept] < stage.line.value()).all()
 
 
@@ -163,7 +181,7 @@ def test_a_partial_trace_shows_only_what_the_server_reported(chart):
     reported = [math.log(p) for p in (0.5, 0.3, 0.15, 0.05)]
     s = Sample.partial(8, reported[1], [4, 8, 15, 16], reported)
     chart.show_sample(s, ("a", "b", "c", "d"))
-    np.testing.assert_array_equal(chart.final.opts["height"], s.probs[0])
+    assert_bars_are(chart, chart.final, s.probs[0])
     np.testing.assert_array_equal(chart.final.opts["x"], np.arange(4))
     assert len(chart.raw.opts["height"]) == 0  # no raw-versus-final split
     assert outlined(chart) == [1]
@@ -232,14 +250,14 @@ def shown_step(w: MainWindow) -> dict[str, int | None]:
     sels = text.extraSelections()
     selected = text._step_of[bisect.bisect_right(text._starts, sels[0].cursor.selectionStart()) - 1] if sels else None
     return {"header": header, "chart": chart, "drawn": drawn, "selected": selected,
-            "p": re.search(r"p = ([0-9.]+)", w.step_panel.title.text()).group(1)}
+            "p": re.search(r"p = ([0-9.e-]+)", w.step_panel.title.text()).group(1)}
 
 
 def assert_one_step(w: MainWindow, k: int, selected: bool = True) -> None:
     st = w.playground.steps[k]
     got = shown_step(w)
     assert got["header"] == got["chart"] == k
-    assert got["p"] == f"{st.prob:.3f}"
+    assert got["p"] == format_prob(st.prob)
     if st.token_id in w.step_panel.chart.chart.shown[0].top_ids[: st.top_n]:
         assert got["drawn"] == st.token_id
     if selected and st.text:
@@ -270,7 +288,7 @@ def test_mid_run_a_pinned_step_stays_whole_and_following_shows_the_latest(qtbot,
     qtbot.wait(250)
     got = shown_step(window)
     assert got["header"] == got["chart"] and got["selected"] is None  # the latest moves: no token selected
-    assert got["p"] == f"{window.playground.steps[got['header']].prob:.3f}"
+    assert got["p"] == format_prob(window.playground.steps[got["header"]].prob)
     with qtbot.waitSignal(window.playground.finished, timeout=RUN_TIMEOUT):
         window.playground.stop()
     assert_one_step(window, len(window.playground.steps) - 1)

@@ -163,8 +163,8 @@ def test_a_remote_run_draws_the_models_probability_of_each_drawn_token_and_says_
     assert w.output.scale.text() == "p under the model = 0" and "under the model" in w.output.legend.toolTip()
     tips = [text.tooltip_for(k) for k in range(3)]
     assert all(not re.search(r"\b0\.0+\b", tip) and "entropy not reported" in tip for tip in tips)  # no 0 shown
-    assert "p under the model = <b>0.00012</b> <span style='color:gray'>(the server's sampling not observed)" in tips[2]
-    assert re.search(r"<code>a</code> 9\.[0-9]e-05", tips[1])  # an alternative's p: not "0.000" either
+    assert "p under the model = <b>1.2e-4</b> <span style='color:gray'>(the server's sampling not observed)" in tips[2]
+    assert re.search(r"<code>a</code> 9\.[0-9]e-5", tips[1])  # an alternative's p: not "0.000" either
     assert (f"drew <code>c</code> with p under the model = {format_prob(model_p[2])}, rank 2 <span style='color:gray'>"
             "(the server's sampling not observed)") in w.step_panel.title.text()  # the step shown: the last
     w.output.text.clear_run()  # a new run shows the final distribution's legend again

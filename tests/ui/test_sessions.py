@@ -1,15 +1,10 @@
 """Sessions in the real window: File → Save / Open / New keep and bring back the prompt, chat, settings, model and
 every run; a newer or damaged file is refused in the banner and the session shown stays; unsaved changes are
-asked about; text typed before a kill -9 is autosaved and offered back on the next start, after any number of
-crashes, and a window running beside it keeps its own autosave."""
+asked about; Open Recent lists the files. The autosave and its recovery: tests/ui/test_autosave.py."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,16 +13,12 @@ from PySide6.QtWidgets import QMessageBox
 
 from app.core import session_file
 from app.core.events import Message
-from app.core.models import ModelSpec
 from app.core.session_file import SavedRun, SavedSession
-from app.core.settings import SamplerSettings
 from app.ui.main_window import MainWindow
-from app.ui.sessions import AUTOSAVE_MS, question
+from app.ui.sessions import question
 from tests.core.test_trace import make_run
 from tests.ui.conftest import RUN_TIMEOUT
 from tests.ui.test_window import run
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def branch(qtbot, w: MainWindow, parent: tuple[int, int], max_tokens: int = 4) -> None:
@@ -178,172 +169,8 @@ def test_open_recent_lists_the_files_and_opens_one(qtbot, window, tmp_path):
     for name in ("a.jsonl", "b.jsonl"):
         w.prompt.set_prompt(name)
         assert w.sessions.save_as(tmp_path / name)
-    w.sessions.recent_menu.aboutToShow.emit()
-    actions = [a for a in w.sessions.recent_menu.actions() if "jsonl" in a.text()]
+    w.sessions.recent.menu.aboutToShow.emit()
+    actions = [a for a in w.sessions.recent.menu.actions() if "jsonl" in a.text()]
     assert [a.text().split()[1] for a in actions] == ["b.jsonl", "a.jsonl"]
     actions[1].trigger()
     assert w.prompt.prompt() == "a.jsonl" and w.windowTitle().startswith("a.jsonl")
-
-
-def test_edits_are_autosaved_a_few_seconds_later_and_a_save_or_a_clean_exit_removes_it(qtbot, window):
-    w = window
-    path = w.sessions.autosave_path
-    w.prompt.completion.selectAll()
-    qtbot.keyClicks(w.prompt.completion, "typed")
-    assert not path.exists()  # not at each keystroke
-    qtbot.waitUntil(path.exists, timeout=AUTOSAVE_MS * 4)
-    assert session_file.load(path).prompt == "typed"
-    w.sessions.save_as(path.parent / "s.jsonl")
-    qtbot.waitUntil(lambda: not path.exists(), timeout=AUTOSAVE_MS * 4)
-    w.sampler.editors["top_p"].setValue(0.5)
-    qtbot.waitUntil(path.exists, timeout=AUTOSAVE_MS * 4)
-    assert session_file.load(path).settings.top_p == 0.5 and session_file.load(path).origin == str(
-        path.parent / "s.jsonl")
-    w.close()
-    assert not path.exists()
-
-
-def test_an_autosave_that_cannot_be_written_says_why_in_the_banner(qtbot, window, tmp_path):
-    (tmp_path / "a file").write_text("not a folder")
-    window.sessions.autosave_path = tmp_path / "a file" / "autosave.jsonl"
-    window.prompt.set_prompt("typed")
-    qtbot.waitUntil(window.banner.isVisible, timeout=AUTOSAVE_MS * 4)
-    assert "Autosave failed: cannot write" in window.banner.label.text()
-
-
-DRIVER = """
-import sys
-from PySide6.QtCore import QTimer
-from PySide6.QtTest import QTest
-from app.core.models import ModelSpec
-from app.ui.main import make_app
-from app.ui.main_window import MainWindow
-
-app = make_app()
-w = MainWindow(spec=ModelSpec(sys.argv[1], "torch"))
-w.show()
-
-def type_text():
-    w.prompt.completion.setFocus()
-    w.prompt.completion.selectAll()
-    QTest.keyClicks(w.prompt.completion, sys.argv[2])
-
-QTimer.singleShot(200, type_text)
-app.exec()
-"""
-TYPED = "def kill(signal=9):  # typed, then killed"
-
-
-def isolated(tmp_path: Path) -> dict[str, str]:
-    return {f"XDG_{k}_HOME": str(tmp_path / k.lower()) for k in ("CONFIG", "STATE", "DATA", "CACHE")}
-
-
-def typed_then_killed(tiny_path: Path, tmp_path: Path, text: str) -> Path:
-    """A window in its own process, `text` typed into it, killed (SIGKILL: no close event, no cleanup) once it has
-    autosaved it; its autosave file."""
-    env = {**os.environ, **isolated(tmp_path), "QT_QPA_PLATFORM": "offscreen", "HF_HUB_OFFLINE": "1"}
-    with (tmp_path / "stderr").open("wb") as err, subprocess.Popen(
-            [sys.executable, "-c", DRIVER, str(tiny_path), text], cwd=ROOT, env=env, stderr=err) as app:
-        autosave = tmp_path / "state" / "logitlab" / f"autosave-{app.pid}.jsonl"
-        try:
-            deadline = time.monotonic() + RUN_TIMEOUT / 1000
-            while not (autosave.exists() and session_file.load_header(autosave).prompt == text):
-                assert app.poll() is None, (tmp_path / "stderr").read_text()
-                assert time.monotonic() < deadline, "no autosave"
-                time.sleep(0.1)
-        finally:
-            app.kill()
-    assert app.returncode == -9
-    return autosave
-
-
-def test_text_typed_before_each_of_two_kill_9_is_offered_back_on_the_next_start(qtbot, tiny_path, tmp_path,
-                                                                              monkeypatch):
-    first = typed_then_killed(tiny_path, tmp_path, TYPED)
-    second = typed_then_killed(tiny_path, tmp_path, TYPED + " again")  # it offered the first, and was killed too
-    assert first.exists() and second.exists()
-
-    for k, v in isolated(tmp_path).items():
-        monkeypatch.setenv(k, v)
-    w = MainWindow(spec=ModelSpec(str(tiny_path), "torch"))
-    qtbot.addWidget(w)
-    w.show()
-    assert w.prompt.prompt() != TYPED  # the killed app never saved its preferences
-    qtbot.waitUntil(lambda: w.banner.isVisible() and w.banner.action.text() == "Restore", timeout=RUN_TIMEOUT)
-    assert "did not close cleanly" in w.banner.label.text() and "(1 more after it)" in w.banner.label.text()
-    w.banner.action.click()  # the newest first
-    assert w.prompt.prompt() == TYPED + " again" and w.isWindowModified()
-    assert w.banner.isVisible() and TYPED[:20] in w.banner.label.text() and "more after" not in w.banner.label.text()
-    w.banner.action.click()
-    assert w.prompt.prompt() == TYPED and not w.banner.isVisible()
-    assert w.sessions.autosave_path.exists() and not first.exists()  # restored, and still safe if killed again
-    w.close()
-    assert not list(w.sessions.folder.iterdir())
-
-
-DEAD = 2**31 - 1  # a process id no process has
-
-
-def autosaved(folder: Path, pid: int, prompt: str, age: float = 0) -> Path:
-    """The autosave file a window of process `pid` left, `age` seconds ago."""
-    path = folder / f"autosave-{pid}.jsonl"
-    session_file.save(SavedSession(prompt=prompt), path)
-    os.utime(path, (time.time() - age, time.time() - age))
-    return path
-
-
-def test_every_crashed_windows_autosave_is_offered_at_every_start_until_restored(qtbot, tiny_path, store, tmp_path):
-    older, newer = autosaved(tmp_path, DEAD, "older", age=60), autosaved(tmp_path, DEAD - 1, "newer")
-    first = MainWindow(settings=store, spec=ModelSpec(str(tiny_path), "torch"))  # it offers both, and is killed:
-    qtbot.addWidget(first)  # it never closes (never cleans up) before the next start
-    first.show()
-    qtbot.waitUntil(lambda: first.banner.isVisible(), timeout=RUN_TIMEOUT)
-    assert "“newer…”" in first.banner.label.text() and "(1 more after it)" in first.banner.label.text()
-    assert older.exists() and newer.exists()  # offering moves nothing
-    w = MainWindow(settings=store, spec=ModelSpec(str(tiny_path), "torch"))  # the next start
-    qtbot.addWidget(w)
-    w.show()
-    qtbot.waitUntil(lambda: w.banner.isVisible(), timeout=RUN_TIMEOUT)
-    assert w.sessions.offered == [newer, older] and "(1 more after it)" in w.banner.label.text()
-    assert w.sessions.restore() and w.prompt.prompt() == "newer"
-    assert "“older…”" in w.banner.label.text()
-    assert w.sessions.restore() and w.prompt.prompt() == "older" and not w.sessions.offered
-    w.close()
-    first.close()
-
-
-def test_a_running_windows_autosave_is_left_alone_and_a_clean_exit_keeps_what_was_not_restored(qtbot, tiny_path,
-                                                                                               store, tmp_path):
-    running = autosaved(tmp_path, os.getppid(), "another window's, typed just now")  # a live process, older
-    before = running.read_bytes()
-    crashed = autosaved(tmp_path, DEAD, "a crashed window's")
-    w = MainWindow(settings=store, spec=ModelSpec(str(tiny_path), "torch"))
-    qtbot.addWidget(w)
-    w.show()
-    qtbot.waitUntil(lambda: w.banner.isVisible(), timeout=RUN_TIMEOUT)
-    assert w.sessions.offered == [crashed] and "more after" not in w.banner.label.text()
-    assert "a crashed window" in w.banner.label.text()
-    w.prompt.set_prompt("typed here")
-    w.sessions.autosave()  # (now, not a few seconds later)
-    qtbot.waitUntil(w.sessions.autosave_path.exists, timeout=AUTOSAVE_MS * 4)  # its own file, beside the other
-    assert running.read_bytes() == before
-    w.close()  # a clean exit: the crashed window's session, not restored, is kept aside and offered no more
-    assert running.read_bytes() == before and not w.sessions.autosave_path.exists() and not crashed.exists()
-    assert session_file.load(tmp_path / f"recovered-{DEAD}.jsonl").prompt == "a crashed window's"
-    again = MainWindow(settings=store, spec=ModelSpec(str(tiny_path), "torch"))
-    qtbot.addWidget(again)
-    again.show()
-    qtbot.wait(50)
-    assert again.sessions.offered == [] and not again.banner.isVisible()
-    again.close()
-
-
-def test_restoring_a_session_that_had_a_file_keeps_its_name(qtbot, window, tmp_path):
-    w = window
-    doc = SavedSession(prompt="from a file", settings=SamplerSettings(top_k=3), origin=str(tmp_path / "mine.jsonl"))
-    session_file.save(doc, w.sessions.folder / f"autosave-{DEAD}.jsonl")
-    w.sessions._offer_recovery()  # as at the start of the next run
-    assert w.banner.isVisible() and "“mine.jsonl”" in w.banner.label.text()
-    assert w.sessions.restore()
-    assert w.prompt.prompt() == "from a file" and w.sampler.settings().top_k == 3
-    assert w.windowTitle().startswith("mine.jsonl") and w.isWindowModified()

@@ -1,9 +1,9 @@
-"""Startup: the window paints before pyqtgraph, superqt or a framework is imported, and before numpy, psutil and the
-core's model-side modules (the model thread, generation, sampling, the records, a server's run, the catalog); the
-charts are built and the model thread started right after the first paint (or at their first use) and then draw
-runs as before. Parts hidden at start (the Chat tab's editor, the prompt's surprisal and tokens) are built when
-first shown or used, the Chat tab right after the first paint too. No times are asserted: what is checked is what
-was imported, and what exists, at each point."""
+"""Startup: the window paints before pyqtgraph, superqt or a framework is imported, and before numpy, psutil, secrets
+(hashlib), datetime and the core's model-side modules (the model thread, generation, sampling, the records, a
+server's run, the catalog); the charts are built and the model thread started right after the first paint (or at
+their first use) and then draw runs as before. Parts hidden at start (the Chat tab's editor, the prompt's surprisal
+and tokens) are built when first shown or used, the Chat tab right after the first paint too. No times are
+asserted: what is checked is what was imported, and what exists, at each point."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ LATER = ("pyqtgraph", "superqt", "torch", "mlx", "transformers")
 CORE_LATER = ("numpy", "psutil", "app.core.model_thread", "app.core.generation", "app.core.sampling",
               "app.core.pipeline", "app.core.record", "app.core.trace", "app.core.trace_file", "app.core.branches",
               "app.core.surprisal",
-              "app.core.remote_run", "app.core.catalog", "app.core.codegen", "app.core.secrets", "backends.remote")
+              "app.core.remote_run", "app.core.catalog", "app.core.codegen", "app.core.secrets", "backends.remote",
+              "secrets", "hashlib", "datetime")  # (a branch's new seed; an autosave's time, offered back)
 
 # A fresh process: the window made and shown; "shown" is the first turn of the event loop after its first paint
 # (a zero timer posted from the window's paint event, as the charts' own are).

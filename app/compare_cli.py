@@ -1,0 +1,136 @@
+"""`logitlab generate --stats` and `logitlab sweep`: N samples per prompt and settings, with their statistics.
+
+Both run requests on one `ModelThread` (the model loads once; each request of N samples is one prefill and one
+batched decode, and a sweep's cells after the first reuse the prompt's KV cache) and print JSON Lines on stdout
+(a sweep: CSV with `--format csv`); status goes to stderr. The statistics are `app.core.compare`'s. Bad input
+and a failed run give one line and a non-zero exit. Imported by `app.cli` when these commands run.
+"""
+
+from __future__ import annotations
+
+import csv
+import queue
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from app.arguments import to_json
+from app.core.compare import Cell, Comparison, compare, sweep_header, sweep_row
+from app.core.events import Failed, Finished, Loaded, Loading, Request
+from app.core.model_thread import ModelThread
+from app.core.trace import RunTrace
+from app.terminal import loaded_line, trace_paths
+
+
+class RunError(RuntimeError):
+    """A request failed as a whole (a `Failed` event), or a sample ended in error: its one line."""
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """What `logitlab sweep` runs: each prompt (request template) under each cell's settings, N samples each."""
+
+    prompts: tuple[Request, ...]
+    cells: tuple[Cell, ...]
+    axes: tuple[str, ...]
+    pattern: str | None = None
+    csv_out: bool = False
+
+
+def collect(worker: ModelThread, request: Request) -> list[RunTrace]:
+    """Run `request` on `worker`; its samples' traces in sample order. Status lines go to stderr."""
+    worker.submit(request)
+    finished: dict[int, Finished] = {}
+    while len(finished) < request.n:
+        try:
+            ev = worker.events.get(timeout=0.1)
+        except queue.Empty:  # a timeout, so that Ctrl+C gets through
+            continue
+        if isinstance(ev, Failed):
+            raise RunError(ev.message)
+        if isinstance(ev, Loading) and not ev.total:
+            print(ev.message, file=sys.stderr)
+        elif isinstance(ev, Loaded):
+            print(loaded_line(ev), file=sys.stderr)
+        elif isinstance(ev, Finished) and ev.request_id == request.id:
+            if ev.reason == "error" or ev.trace is None:
+                raise RunError(f"sample {ev.sequence + 1}: {ev.message or ev.reason}")
+            finished[ev.sequence] = ev
+    return [finished[i].trace for i in range(request.n)]  # type: ignore[misc]
+
+
+def stats_to_terminal(request: Request, pattern: str | None, trace_path: str | None) -> int:
+    """`generate --stats`: a JSON line per sample (in sample order), then one for the set."""
+    return _guarded(lambda worker: _stats(worker, request, pattern, trace_path))
+
+
+def _stats(worker: ModelThread, request: Request, pattern: str | None, trace_path: str | None) -> int:
+    traces = collect(worker, request)
+    result = compare(traces, pattern)
+    for s in result.samples:
+        _out(to_json({"sample": True, **s.to_json()}) + "\n")
+    _out(to_json({"stats": True, **result.stats.to_json()}) + "\n")
+    if trace_path:
+        for trace, path in zip(traces, trace_paths(trace_path, request.n), strict=True):
+            trace.save(path)
+    return 0
+
+
+def sweep_to_terminal(plan: SweepPlan) -> int:
+    """`sweep`: a line (JSON, or a CSV row) per prompt and cell, as each cell finishes; progress on stderr."""
+    return _guarded(lambda worker: _sweep(worker, plan))
+
+
+def _sweep(worker: ModelThread, plan: SweepPlan) -> int:
+    writer = csv.writer(sys.stdout, lineterminator="\n") if plan.csv_out else None
+    if writer is not None:
+        writer.writerow(sweep_header(plan.axes))
+    total = len(plan.prompts) * len(plan.cells)
+    for p, template in enumerate(plan.prompts):
+        for c, cell in enumerate(plan.cells):
+            result = compare(collect(worker, cell_request(template, cell)), plan.pattern)
+            print(f"cell {p * len(plan.cells) + c + 1}/{total}: prompt {p + 1}, {_label(cell)}", file=sys.stderr)
+            if writer is not None:
+                writer.writerow(sweep_row(p, cell, result.stats, plan.axes))
+                sys.stdout.flush()
+            else:
+                _out(to_json(cell_line(p, cell, result)) + "\n")
+    return 0
+
+
+def cell_request(template: Request, cell: Cell) -> Request:
+    """The template's prompt and sample count under the cell's settings (a new request: its own ids)."""
+    return Request(model=template.model, prompt=template.prompt, messages=template.messages,
+                   settings=cell.settings, top_n=template.top_n, n=template.n)
+
+
+def cell_line(prompt: int, cell: Cell, result: Comparison) -> dict[str, Any]:
+    return {"prompt": prompt, "row": cell.row, "col": cell.col, "settings": cell.values,
+            **result.stats.to_json(), "texts": [s.text for s in result.samples]}
+
+
+def _label(cell: Cell) -> str:
+    return " ".join(f"{k}={v:g}" for k, v in cell.values.items())
+
+
+def _guarded(body: Any) -> int:
+    worker = ModelThread()
+    try:
+        return body(worker)
+    except RunError as e:
+        print(f"logitlab: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        worker.cancel()
+        return 130
+    except OSError as e:  # standard output closed or full, a trace file that cannot be written
+        print(f"logitlab: error: cannot write: {e.strerror or e}", file=sys.stderr)
+        return 1
+    finally:
+        worker.close()
+
+
+def _out(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+

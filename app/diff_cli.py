@@ -1,0 +1,137 @@
+"""`logitlab diff`: one text teacher-forced through two variants of a model, compared token by token.
+
+B is --model-b (default: --model again) with A's load options but for --dtype-b / --quantize-b / --backend-b, so
+`--dtype-b bfloat16` or `--quantize-b 4` compares a model with itself in another precision. Writes JSON Lines to
+stdout: one line per position (the token, KL(A‖B) in nats, each variant's log-probability of it and top-1 token,
+whether they agree), then a `summary` line (mean and max KL, agreement, each variant's perplexity). Progress goes
+to stderr; bad input exits 2 with one line. Runs on the same `ModelThread` as the window. Imports only
+`app.arguments` of the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import queue
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, replace
+from typing import Any
+
+from app.arguments import Parser, fail, thread_count, to_json
+from app.core.events import Failed
+from app.core.models import ModelSpec
+from app.core.quant_diff import Diffed, DiffProgress, DiffRequest, QuantDiff
+from backends.base import LoadOptions
+
+PROG = "logitlab diff"
+DTYPES = ["float32", "float16", "bfloat16"]
+
+
+def parser() -> Parser:
+    p = Parser(prog=PROG, description="Teacher-force one text through two variants of a model (float32 and "
+               "bfloat16, float and 4-bit, a GGUF file and its float source) and compare them at every token: "
+               "KL(A||B), top-1 agreement, each one's log-probability of the actual token (JSON Lines).")
+    p.add_argument("--model", default="builtin", help="variant A: a local folder, a .gguf file, a hub id or 'builtin'")
+    p.add_argument("--model-b", help="variant B (default: --model, in another --dtype-b / --quantize-b)")
+    p.add_argument("--backend", choices=["auto", "mlx", "torch"], default="auto", help="A's backend (auto: MLX on "
+                   "Apple Silicon, else torch; torch for a .gguf)")
+    p.add_argument("--backend-b", choices=["auto", "mlx", "torch"], help="B's backend (default: mlx with "
+                   "--quantize-b, which only MLX does; else --backend)")
+    p.add_argument("--device", choices=["cuda", "mps", "cpu"], help="torch device, both variants (default: best)")
+    p.add_argument("--dtype", choices=DTYPES, help="A's precision (default: float32 on a CPU)")
+    p.add_argument("--dtype-b", choices=DTYPES, help="B's precision (default: --dtype)")
+    p.add_argument("--quantize", type=int, choices=[4, 8], help="MLX: quantize A's weights on load")
+    p.add_argument("--quantize-b", type=int, choices=[4, 8], help="MLX: quantize B's weights on load")
+    p.add_argument("--trust-remote-code", action="store_true", help="allow code from the models' repositories")
+    p.add_argument("--allow-pickle", action="store_true", help="allow non-safetensors weights (weights_only)")
+    p.add_argument("--threads", type=thread_count, metavar="N", help="torch: CPU threads")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--prompt", help="the text (default: --prompt-file, else standard input)")
+    src.add_argument("--prompt-file", help="read the text from this file (UTF-8)")
+    return p
+
+
+def specs(args: argparse.Namespace) -> tuple[ModelSpec, ModelSpec]:
+    """A's and B's model specs: B is A but for what its own flags say (MLX when B is quantized on load)."""
+    a = LoadOptions(device=args.device, dtype=args.dtype, quantize_bits=args.quantize,
+                    trust_remote_code=args.trust_remote_code, allow_pickle=args.allow_pickle, threads=args.threads)
+    b = replace(a, dtype=args.dtype_b or args.dtype, quantize_bits=args.quantize_b)
+    return (ModelSpec(args.model, args.backend, a),
+            ModelSpec(args.model_b or args.model, args.backend_b or ("mlx" if args.quantize_b else args.backend), b))
+
+
+def read_text(args: argparse.Namespace) -> str:
+    """The text to compare on; ValueError (one line) when there is none or it is not UTF-8."""
+    if args.prompt is not None:
+        return args.prompt
+    if args.prompt_file:
+        try:
+            with open(args.prompt_file, "rb") as f:
+                data, where = f.read(), args.prompt_file
+        except OSError as e:
+            raise ValueError(f"cannot read the prompt file: {e.strerror}: {args.prompt_file}") from e
+    elif sys.stdin is None or sys.stdin.isatty():
+        raise ValueError("no text: pass --prompt, --prompt-file, or pipe text on standard input")
+    else:
+        data, where = sys.stdin.buffer.read(), "standard input"
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{where} is not UTF-8 text (byte {e.start}): save it as UTF-8") from e
+
+
+def main(argv: Sequence[str]) -> int:
+    args = parser().parse_args(argv)
+    try:
+        text = read_text(args)
+    except ValueError as e:
+        return fail(str(e), 2, PROG)
+    a, b = specs(args)
+    from app.core.model_thread import ModelThread  # (loads the core's heavy modules: not for --help)
+
+    worker, out = ModelThread(), queue.Queue()
+    try:
+        worker.diff(DiffRequest(model=a, model_b=b, prompt=text), out)
+        return _print_all(out, worker.events)
+    except KeyboardInterrupt:
+        worker.cancel()
+        return 130
+    finally:
+        worker.close()
+
+
+def _print_all(out: queue.Queue, loading: queue.Queue) -> int:
+    while True:
+        _echo_loading(loading)
+        try:
+            ev = out.get(timeout=0.1)
+        except queue.Empty:
+            continue
+        if isinstance(ev, Failed):
+            _echo_loading(loading)
+            return fail(ev.message, 1, PROG)
+        if isinstance(ev, DiffProgress):
+            print(ev.message, file=sys.stderr, flush=True)
+        elif isinstance(ev, Diffed):
+            if ev.diff is None:
+                return fail("cancelled", 1, PROG)
+            for line in lines(ev.diff):
+                print(to_json(line), flush=True)
+            return 0
+
+
+def _echo_loading(loading: queue.Queue) -> None:
+    """A's loading messages (the model thread's own events), to stderr; a failure comes on the diff's queue."""
+    while True:
+        try:
+            ev = loading.get_nowait()
+        except queue.Empty:
+            return
+        if hasattr(ev, "message") and not isinstance(ev, Failed):
+            print(ev.message, file=sys.stderr, flush=True)
+
+
+def lines(d: QuantDiff) -> list[dict[str, Any]]:
+    """The JSON Lines: a line per position (row t: the token at position t + 1), then the summary."""
+    rows = [{**asdict(r), "agree": r.agree} for r in d.rows()]
+    return [*rows, {"summary": True, "a": d.label_a, "b": d.label_b, **asdict(d.summary()), "b_beside_a": d.beside}]

@@ -1,0 +1,293 @@
+"""Run ▸ Beam search…: a dock that runs a beam search on the editing state's prompt and model, draws its tree as it
+grows (`BeamTree`) and lists the finished hypotheses best first, each with "Open as run".
+
+The search runs on the model thread (`ModelThread.beam`), whose events land in this view's own queue, drained on a
+timer: the UI never touches the model. "Open as run" sends the `Playground` a request whose steps are the
+hypothesis' recorded steps (`beam_run.open_request`): it becomes a run of the session, in the branch tree, and
+forks like any other. Every number shown is the recorded one.
+"""
+
+from __future__ import annotations
+
+import queue
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDockWidget,
+    QDoubleSpinBox,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSpinBox,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.core.beam import (
+    MAX_WIDTH,
+    BeamFinished,
+    BeamSettings,
+    BeamStarted,
+    BeamStep,
+    BeamStepped,
+    Candidate,
+    Hypothesis,
+)
+from app.core.beam_run import BeamRequest, open_request
+from app.core.events import Failed
+from app.core.settings import SettingsError
+from app.ui.beam_tree import BeamTree
+from app.ui.formatting import format_logprob, visible
+
+if TYPE_CHECKING:
+    from app.core.models import ModelSpec
+    from app.ui.playground import Playground
+
+DRAIN_MS = 30
+EARLY = {"false: when no beam can do better": False, "true: once width are finished": True,
+         "never: judge at max length": "never"}
+COLUMNS = ("#", "score", "log p", "tokens", "end", "text", "")
+STEP_COLUMNS = ("beam", "token", "log p(token)", "cumulative", "fate", "score")
+
+
+class BeamControls(QWidget):
+    """Width, length penalty, early stopping, no-repeat n-gram size, max tokens; Run and Stop."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.width_box = _spin(1, MAX_WIDTH, 4, "Beams kept at each step (1: greedy)")
+        self.penalty = QDoubleSpinBox(minimum=-5.0, maximum=5.0, singleStep=0.1, value=1.0, decimals=2)
+        self.penalty.setToolTip("Hypotheses are ranked by summed log-probability / length ** this")
+        self.early = QComboBox()
+        self.early.addItems(list(EARLY))
+        self.early.setToolTip("When the search stops (transformers' early_stopping)")
+        self.ngram = _spin(0, 10, 0, "Never repeat an n-gram of this size (0: off)")
+        self.max_tokens = _spin(1, 512, 24, "Stop every beam after this many tokens")
+        self.run, self.stop = QPushButton("Run"), QPushButton("Stop", enabled=False)
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        for text, w in (("Width", self.width_box), ("Length penalty", self.penalty), ("Early stop", self.early),
+                        ("No-repeat n-gram", self.ngram), ("Max tokens", self.max_tokens)):
+            row.addWidget(QLabel(text))
+            row.addWidget(w)
+        row.addStretch(1)
+        row.addWidget(self.run)
+        row.addWidget(self.stop)
+
+    def settings(self) -> BeamSettings:
+        return BeamSettings(self.width_box.value(), self.penalty.value(), EARLY[self.early.currentText()],
+                            self.ngram.value(), self.max_tokens.value())
+
+
+class BeamView(QDockWidget):
+    opened = Signal(int)  # the run id a hypothesis was opened as
+    finished = Signal(object)  # BeamFinished
+
+    def __init__(self, playground: Playground, parent: QWidget | None = None) -> None:
+        super().__init__("Beam search", parent)
+        self.setObjectName("beam_search")
+        self.playground = playground
+        self.controls = BeamControls()
+        self.tree = BeamTree()
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.verticalHeader().hide()
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(header.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(5, header.ResizeMode.Stretch)  # the text takes what is left
+        self.step_table = QTableWidget(0, len(STEP_COLUMNS))  # the selected step's candidates: what decided the cut
+        self.step_table.setHorizontalHeaderLabels(STEP_COLUMNS)
+        self.step_table.verticalHeader().hide()
+        self.step_label = QLabel("Click a step in the tree: its candidates, with the scores that decided the cut.")
+        self.step_label.setWordWrap(True)
+        self.shown_step: int | None = None  # None: follow the latest step
+        self.status = QLabel("Set the beams and press Run: the search runs on the prompt and model of the window.")
+        self.status.setWordWrap(True)
+        self._build()
+        self._queue: queue.Queue = queue.Queue()
+        self._request: BeamRequest | None = None
+        self._started: BeamStarted | None = None
+        self._spec: ModelSpec | None = None
+        self._texts: dict[int, str] = {}  # token id -> display text, for every token a step named
+        self.steps: list[BeamStep] = []  # the records drawn, in order
+        self.result: BeamFinished | None = None
+        self._timer = QTimer(self, interval=DRAIN_MS)
+        self._timer.timeout.connect(self.drain)
+        self.controls.run.clicked.connect(self.run)
+        self.controls.stop.clicked.connect(self.stop)
+        self.tree.step_clicked.connect(self.show_step)
+
+    def _build(self) -> None:
+        split = QSplitter(Qt.Orientation.Vertical)
+        split.addWidget(self.tree)
+        bottom = QSplitter(Qt.Orientation.Horizontal)
+        bottom.addWidget(self.table)
+        step = QWidget()
+        col = QVBoxLayout(step)
+        col.setContentsMargins(0, 0, 0, 0)
+        col.addWidget(self.step_label)
+        col.addWidget(self.step_table, 1)
+        bottom.addWidget(step)
+        bottom.setSizes([600, 400])
+        split.addWidget(bottom)
+        split.setStretchFactor(0, 3)
+        split.setStretchFactor(1, 1)
+        split.setSizes([420, 200])  # the tree first: a shortlist of up to 16 rows
+        body = QWidget()
+        box = QVBoxLayout(body)
+        box.addWidget(self.controls)
+        box.addWidget(self.status)
+        box.addWidget(split, 1)
+        self.setWidget(body)
+
+    @property
+    def texts(self) -> dict[int, str]:
+        return self._texts
+
+    @property
+    def running(self) -> bool:
+        return self._request is not None
+
+    def run(self) -> bool:
+        """Start a search on the editing state's prompt and model; False (and why, in the status) if it cannot."""
+        if self.running or self.playground.busy:
+            self.status.setText("A run is in progress: wait for it, or stop it, then run the beam search.")
+            return False
+        try:
+            settings = self.controls.settings()
+        except SettingsError as e:
+            self.status.setText(str(e))
+            return False
+        e = self.playground.editing
+        self._request = BeamRequest(model=e.model, prompt=e.prompt.text, messages=e.prompt.chat_messages,
+                                    settings=settings)
+        self._spec = e.model  # the model the search runs on: a hypothesis opens on it, whatever is chosen next
+        self._reset()
+        self.playground.worker.beam(self._request, self._queue)
+        self._set_running(True)
+        self.status.setText("Prefilling the prompt…")
+        return True
+
+    def stop(self) -> None:
+        if self._request is not None:
+            self.playground.worker.cancel(self._request.id)
+
+    def _reset(self) -> None:
+        self._started, self.result, self._texts, self.steps, self.shown_step = None, None, {}, [], None
+        self.tree.clear()
+        self.table.setRowCount(0)
+
+    def _set_running(self, running: bool) -> None:
+        self.controls.run.setEnabled(not running)
+        self.controls.stop.setEnabled(running)
+        if running:
+            self._timer.start()
+        else:
+            self._timer.stop()
+            self._request = None
+
+    def drain(self) -> None:
+        """Take every waiting event: a column per step, the hypotheses at the end."""
+        while True:
+            try:
+                ev = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(ev, BeamStarted):
+                self._started = ev
+                self.tree.clear(self.playground.tokenizer.decode(ev.prompt_ids) if self.playground.tokenizer
+                                else "")
+            elif isinstance(ev, BeamStepped):
+                self.steps.append(ev.step)
+                self._texts.update(ev.texts)
+                self.tree.add_step(ev.step, self._texts)
+                if self.shown_step is None:
+                    self._fill_step(ev.step)
+                self.status.setText(f"Step {ev.step.step + 1}: {sum(c.fate == 'kept' for c in ev.step.candidates)}"
+                                    f" beams live")
+            elif isinstance(ev, BeamFinished):
+                self._finish(ev)
+            elif isinstance(ev, Failed):
+                self.status.setText(ev.message)
+                self._set_running(False)
+
+    def show_step(self, i: int) -> None:
+        """Pin step i in the candidates table (the tree's click)."""
+        if 0 <= i < len(self.steps):
+            self.shown_step = i
+            self._fill_step(self.steps[i])
+            self.tree.mark_step(i)
+
+    def _fill_step(self, step: BeamStep) -> None:
+        """Every candidate the step recorded (each live beam's best `shortlist`), best first by cumulative."""
+        self.step_label.setText(f"Step {step.step}: {len(step.cumulative)} live beams; the best {step.shortlist} "
+                                "extensions over all beams were ranked, the rest pruned")
+        self.step_table.setRowCount(len(step.candidates))
+        for i, c in enumerate(step.candidates):
+            cells = step_cells(c, self._texts.get(c.token, ""))
+            for j, cell in enumerate(cells):
+                item = QTableWidgetItem(cell)
+                if c.fate == "pruned":
+                    item.setForeground(Qt.GlobalColor.gray)
+                self.step_table.setItem(i, j, item)
+        self.step_table.resizeColumnsToContents()
+
+    def _finish(self, ev: BeamFinished) -> None:
+        self.result = ev
+        self._set_running(False)
+        self._fill(ev)
+        r = ev.result
+        why = {"done": "no live beam could do better", "length": "max tokens reached", "cancelled": "stopped"}
+        self.status.setText(f"{len(r.hypotheses)} hypotheses after {r.steps} steps ({why[r.reason]}), best first")
+        self.finished.emit(ev)
+
+    def _fill(self, ev: BeamFinished) -> None:
+        self.table.setRowCount(len(ev.result.hypotheses))
+        for i, (h, text) in enumerate(zip(ev.result.hypotheses, ev.texts, strict=True)):
+            for j, cell in enumerate(row_cells(i, h, text)):
+                self.table.setItem(i, j, QTableWidgetItem(cell))
+            button = QPushButton("Open as run")
+            can = i < len(ev.runs) and bool(ev.runs[i])
+            button.setEnabled(can)
+            button.setToolTip("Add it to the session as a run (a branch you can fork)" if can else
+                              "a token of it is outside the recorded candidates: it cannot be opened")
+            button.clicked.connect(lambda _=False, i=i: self.open(i))
+            self.table.setCellWidget(i, len(COLUMNS) - 1, button)
+
+    def open(self, rank: int) -> bool:
+        """Open hypothesis `rank` as a run of the session (refused, with why, while a run is in progress)."""
+        ev, started = self.result, self._started
+        if ev is None or started is None or self._spec is None or rank >= len(ev.runs) or not ev.runs[rank]:
+            return False
+        request = open_request(started, ev.runs[rank], self._spec)
+        if not self.playground.generate(request):
+            self.status.setText("A run is in progress: open the hypothesis when it is done.")
+            return False
+        h = ev.result.hypotheses[rank]
+        self.playground.branches.rename(request.id, f"beam #{rank + 1} ({format_logprob(h.score)})")
+        self.opened.emit(request.id)
+        return True
+
+
+def row_cells(rank: int, h: Hypothesis, text: str) -> list[str]:
+    """A hypothesis' row: rank, score, summed log-probability, length, why it ended, its text."""
+    return [str(rank + 1), format_logprob(h.score), format_logprob(h.logprob), str(len(h.tokens)), h.reason,
+            text.replace("\n", "↵")]
+
+
+def step_cells(c: Candidate, text: str) -> list[str]:
+    """A candidate's row: the beam it extends, its token, log-probability, cumulative, fate (and next row or score)."""
+    fate = f"kept → beam {c.row}" if c.row is not None else c.fate
+    score = format_logprob(c.score) if c.score is not None else ""
+    return [str(c.beam), visible(text), format_logprob(c.logprob), format_logprob(c.cumulative), fate, score]
+
+
+def _spin(lo: int, hi: int, value: int, tip: str) -> QSpinBox:
+    box = QSpinBox(minimum=lo, maximum=hi, value=value)
+    box.setToolTip(tip)
+    return box

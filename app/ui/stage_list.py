@@ -1,0 +1,50 @@
+"""The stage order as a list the user reorders by dragging: every stage in the order it runs, those the settings
+turn on in plain text, the others greyed "(off)". It shows an order and says when a drag made a new one; the panel
+turns that into settings (`SamplerSettings.chain`)."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QPalette
+from PySide6.QtWidgets import QAbstractItemView, QListWidget, QListWidgetItem, QWidget
+
+LABELS = {"logit_bias": "logit bias", "dry": "DRY", "temperature": "temperature", "top_n_sigma": "top-n-sigma",
+          "top_k": "top-k", "typical_p": "typical-p", "top_p": "top-p", "min_p": "min-p",
+          "epsilon_cutoff": "epsilon cutoff", "eta_cutoff": "eta cutoff", "xtc": "XTC", "mirostat": "mirostat v2"}
+NAME = Qt.ItemDataRole.UserRole
+
+
+class StageList(QListWidget):
+    """Stage names top to bottom in the order they run; drag one to move it."""
+
+    order_changed = Signal(tuple)  # the stage names after a drag, top to bottom
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setDragDropMode(QAbstractItemView.DragDropMode.InternalMove)
+        self.setDefaultDropAction(Qt.DropAction.MoveAction)
+        self.setToolTip("The order the stages run in, top first (penalties always run before them). Drag a stage "
+                        "to move it; the greyed ones are off.")
+        self.model().rowsMoved.connect(lambda *_: self.order_changed.emit(self.order()))
+
+    def order(self) -> tuple[str, ...]:
+        return tuple(self.item(i).data(NAME) for i in range(self.count()))
+
+    def show_order(self, names: tuple[str, ...], on: tuple[str, ...]) -> None:
+        """Show `names` in order, those in `on` as running, the rest greyed."""
+        if self.order() == names and self._on() == set(on):
+            return
+        self.blockSignals(True)
+        self.clear()
+        grey = self.palette().color(QPalette.ColorGroup.Disabled, QPalette.ColorRole.Text)
+        for i, name in enumerate(names):
+            item = QListWidgetItem(f"{i + 1}. {LABELS.get(name, name)}" + ("" if name in on else "  (off)"))
+            item.setData(NAME, name)
+            if name not in on:
+                item.setForeground(grey)
+            self.addItem(item)
+        self.blockSignals(False)
+        self.setFixedHeight(self.sizeHintForRow(0) * min(len(names), 12) + 2 * self.frameWidth() + 2)
+
+    def _on(self) -> set[str]:
+        return {self.item(i).data(NAME) for i in range(self.count()) if not self.item(i).text().endswith("(off)")}

@@ -1,0 +1,262 @@
+"""The sweep window: N samples of the prompt under each cell of a grid over two settings, cells coloured by a
+chosen statistic as they finish.
+
+Cells run one after another through the `Playground` (each one request of N samples: one prefill, batched
+decode; after the first, the prompt's KV cache is reused), so every sample is a run of the session; Stop ends
+the sweep after the cell in progress. Clicking a finished cell asks for its samples (`samples_requested`).
+The grid and every statistic are `app.core.compare`'s; this view only colours cells between the lowest and the
+highest value shown, and writes the table as CSV (File → Export's atomic writer).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFileDialog,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.core.compare import STATISTICS, Axis, Cell, Comparison, compare, make_grid, parse_axis, sweep_header, sweep_row
+from app.core.events import Request
+from app.core.export import shade_rgba
+from app.core.files import write_atomic
+from app.core.settings import FIELDS, SettingsError
+
+if TYPE_CHECKING:
+    from app.ui.playground import Playground
+
+DEFAULT_AXES = (("temperature", "0.2,0.7,1.2"), ("top_p", "0.8,0.95,1"))
+SHADES = 20
+
+
+@dataclass
+class CellRun:
+    """A cell of the sweep: its settings, its request once started, its statistics once done."""
+
+    cell: Cell
+    request: Request | None = None
+    result: Comparison | None = None
+
+
+class SweepView(QWidget):
+    """Two axes (setting, values), N, the statistic that colours the cells, Run / Stop, progress, the grid."""
+
+    samples_requested = Signal(object)  # the Request of a finished cell: show its samples
+    failed = Signal(str)  # a line a person can act on (a bad axis, a file that cannot be written)
+
+    def __init__(self, playground: Playground, parent: QWidget | None = None) -> None:
+        super().__init__(parent, Qt.WindowType.Window)
+        self.setWindowTitle("Sweep — Logit Lab")
+        self.pg = playground
+        self.cells: list[CellRun] = []
+        self.axes: tuple[Axis, Axis] | None = None
+        self._stopping = False
+        self._running = False
+        self.names = [QComboBox() for _ in DEFAULT_AXES]
+        self.values = [QLineEdit(v) for _, v in DEFAULT_AXES]
+        for combo, (name, _) in zip(self.names, DEFAULT_AXES, strict=True):
+            combo.addItems([f.name for f in FIELDS])
+            combo.setCurrentText(name)
+        self.count = QSpinBox(minimum=1, maximum=64, value=4, prefix="N = ", toolTip="Samples per cell")
+        self.statistic = QComboBox(toolTip="What colours the cells")
+        self.statistic.addItems(list(STATISTICS))
+        self.pattern = QLineEdit(placeholderText="regular expression (match_rate)")
+        self.run_button = QPushButton("Run sweep")
+        self.stop_button = QPushButton("Stop", enabled=False)
+        self.export_button = QPushButton("Export CSV…", enabled=False)
+        self.status = QLabel("Choose two settings and their values (2 to 6 each), then Run sweep.")
+        self.grid = QTableWidget(0, 0, editTriggers=QTableWidget.EditTrigger.NoEditTriggers)
+        self._layout()
+        self._wire()
+
+    def _layout(self) -> None:
+        form = QGridLayout()
+        for i, label in enumerate(("rows", "columns")):
+            form.addWidget(QLabel(label), i, 0)
+            form.addWidget(self.names[i], i, 1)
+            form.addWidget(self.values[i], i, 2)
+        form.setColumnStretch(2, 1)
+        controls = QHBoxLayout()
+        for w in (self.count, QLabel("colour by"), self.statistic, self.pattern, self.run_button, self.stop_button,
+                  self.export_button):
+            controls.addWidget(w)
+        box = QVBoxLayout(self)
+        box.addLayout(form)
+        box.addLayout(controls)
+        box.addWidget(self.status)
+        box.addWidget(self.grid, 1)
+        self.resize(900, 600)
+
+    def _wire(self) -> None:
+        self.run_button.clicked.connect(self.run)
+        self.stop_button.clicked.connect(self.stop)
+        self.export_button.clicked.connect(self._choose_export)
+        self.statistic.currentTextChanged.connect(lambda _s: self._draw())
+        self.grid.cellClicked.connect(self.open_cell)
+        self.pg.session_changed.connect(self._score)
+        self.pg.busy_changed.connect(lambda busy: None if busy or not self._running else self._start_next())
+        self.pg.session_replaced.connect(self._forget)
+        self.pg.failed.connect(lambda _message: self._halt())  # a model that fails to load fails every cell
+
+    # verbs ------------------------------------------------------------------------------------------------
+    def run(self) -> bool:
+        """Start the sweep from the editing state's prompt and settings; False (with `failed`) if it cannot."""
+        settings = self.pg.checked_settings()
+        if settings is None or (self.pg.busy and not self.pg.loading_only):
+            return False
+        try:
+            axes = tuple(parse_axis(f"{n.currentText()}={v.text()}") for n, v in zip(self.names, self.values,
+                                                                                     strict=True))
+            if any(len(a.values) < 2 for a in axes):
+                raise SettingsError("a sweep's axes take 2 to 6 values each")
+            cells = make_grid(settings.with_(seed=self.pg.editing.next_run_seed()), axes)
+            pattern = self.pattern.text() or None
+            compare([], pattern)  # a bad regular expression is refused now, not after the first cell
+        except SettingsError as e:
+            self.failed.emit(str(e))
+            self.status.setText(str(e))
+            return False
+        self.axes, self.cells, self._stopping = (axes[0], axes[1]), [CellRun(c) for c in cells], False
+        self._make_grid()
+        self._set_running(True)
+        return self._start_next()
+
+    def stop(self) -> None:
+        """Stop the cell in progress; the cells not started stay empty."""
+        self._stopping = True
+        self.pg.stop()
+
+    def _halt(self) -> None:
+        if self._running:
+            self._stopping = True
+
+    def open_cell(self, row: int, col: int) -> None:
+        cr = self._at(row, col)
+        if cr is not None and cr.result is not None:
+            self.samples_requested.emit(cr.request)
+
+    def export_csv(self, path: str) -> None:
+        """The finished cells as CSV (`sweep_header` columns), written atomically."""
+        write_atomic(path, self.csv_text())
+
+    def csv_text(self) -> str:
+        out = io.StringIO()
+        w = csv.writer(out, lineterminator="\n")
+        names = [a.name for a in self.axes] if self.axes else []
+        w.writerow(sweep_header(names))
+        for cr in self.cells:
+            if cr.result is not None:
+                w.writerow(sweep_row(0, cr.cell, cr.result.stats, names))
+        return out.getvalue()
+
+    # running ----------------------------------------------------------------------------------------------
+    def _start_next(self) -> bool:
+        nxt = next((cr for cr in self.cells if cr.request is None), None)
+        if nxt is None or self._stopping:
+            self._set_running(False)
+            return False
+        base = self.pg.make_request(nxt.cell.settings)
+        nxt.request = Request(model=base.model, prompt=base.prompt, messages=base.messages,
+                              settings=nxt.cell.settings, top_n=base.top_n, n=self.count.value())
+        if not self.pg.generate(nxt.request):
+            nxt.request = None
+            self._set_running(False)
+            return False
+        self._progress()
+        return True
+
+    def _score(self) -> None:
+        """A run finished somewhere: if it completes the cell in progress, score it (the next cell starts once the
+        model thread is free: `busy_changed`)."""
+        cr = next((c for c in self.cells if c.request is not None and c.result is None), None)
+        if cr is None:
+            return
+        runs = self.pg.session.of_request(cr.request.id)
+        if not runs or any(r.running for r in runs):
+            return
+        traces = [r.trace for r in sorted(runs, key=lambda r: r.sequence) if r.trace is not None]
+        cr.result = compare(traces, self.pattern.text() or None)
+        self._draw()
+        self._progress()
+
+    def _set_running(self, running: bool) -> None:
+        self._running = running
+        self.run_button.setEnabled(not running)
+        self.stop_button.setEnabled(running)
+        self.export_button.setEnabled(not running and any(cr.result is not None for cr in self.cells))
+
+    def _progress(self) -> None:
+        done = sum(cr.result is not None for cr in self.cells)
+        word = "stopped" if self._stopping else "done" if done == len(self.cells) else "running"
+        self.status.setText(f"{done} of {len(self.cells)} cells {word} · {self.count.value()} samples each · "
+                            "colour: red the lowest value shown, green the highest · click a cell for its samples")
+
+    def _forget(self) -> None:
+        self.cells, self.axes = [], None
+        self.grid.setRowCount(0)
+        self.grid.setColumnCount(0)
+        self._set_running(False)
+
+    # drawing ----------------------------------------------------------------------------------------------
+    def _at(self, row: int, col: int) -> CellRun | None:
+        return next((cr for cr in self.cells if (cr.cell.row, cr.cell.col) == (row, col)), None)
+
+    def _make_grid(self) -> None:
+        rows, cols = self.axes
+        self.grid.clear()
+        self.grid.setRowCount(len(rows.values))
+        self.grid.setColumnCount(len(cols.values))
+        self.grid.setVerticalHeaderLabels([f"{rows.name} {v:g}" for v in rows.values])
+        self.grid.setHorizontalHeaderLabels([f"{cols.name} {v:g}" for v in cols.values])
+        for cr in self.cells:
+            item = QTableWidgetItem("…")
+            item.setTextAlignment(Qt.AlignmentFlag.AlignCenter)
+            self.grid.setItem(cr.cell.row, cr.cell.col, item)
+        self.grid.horizontalHeader().setSectionResizeMode(self.grid.horizontalHeader().ResizeMode.Stretch)
+        self.grid.verticalHeader().setSectionResizeMode(self.grid.verticalHeader().ResizeMode.Stretch)
+
+    def shown_value(self, cr: CellRun) -> float | None:
+        """The chosen statistic of a finished cell (what its text and colour show)."""
+        if cr.result is None:
+            return None
+        v = getattr(cr.result.stats, self.statistic.currentText())
+        return None if v is None or not math.isfinite(v) else float(v)
+
+    def _draw(self) -> None:
+        values = [v for v in (self.shown_value(cr) for cr in self.cells) if v is not None]
+        lo, hi = (min(values), max(values)) if values else (0.0, 0.0)
+        for cr in self.cells:
+            item = self.grid.item(cr.cell.row, cr.cell.col)
+            v = self.shown_value(cr)
+            if item is None or cr.result is None:
+                continue
+            item.setText("—" if v is None else f"{v:.3g}")
+            level = None if v is None else round((v - lo) / (hi - lo) * (SHADES - 1)) if hi > lo else SHADES // 2
+            item.setBackground(QColor(*shade_rgba(level)) if level is not None else QColor(0, 0, 0, 0))
+            item.setToolTip(f"{self.statistic.currentText()} = {v}; {cr.result.stats.unique} unique of "
+                            f"{cr.result.stats.n}")
+
+    def _choose_export(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Export the sweep as CSV", "sweep.csv", "CSV (*.csv)")
+        if path:
+            try:
+                self.export_csv(path)
+            except OSError as e:
+                self.failed.emit(f"cannot write {path}: {e.strerror or e}")

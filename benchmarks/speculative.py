@@ -1,0 +1,87 @@
+"""Speculative decoding against plain decoding of the same target, timed in the same request (a benchmark, not a
+test): acceptance rate, tokens per target forward, tokens/s of each and their ratio.
+
+    PYTHONPATH=. python benchmarks/speculative.py                # the built-in model with its shipped draft
+    PYTHONPATH=. python benchmarks/speculative.py --random-pair  # also a random ~0.1B target, ~10M draft
+    PYTHONPATH=. python benchmarks/speculative.py --backend mlx --tokens 64
+
+The random pair's acceptance is meaningless (random weights); it measures the loop's overhead on a target whose
+forward costs something. Every draw is seeded; EOS is ignored so that every run decodes --tokens tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import threading
+from pathlib import Path
+
+from app.core.drafts import BUILTIN_DRAFT_PATH
+from app.core.events import Request, Speculated
+from app.core.models import BUILTIN_PATH
+from app.core.settings import SamplerSettings
+from app.core.speculative_run import run_speculative
+from backends import get_backend
+from backends.base import LoadOptions
+from tests.tiny import make_model
+
+PROMPTS = ("import os\nimport sys\n\n\ndef main(", "class Stack:\n    def __init__(self):\n        self.",
+           "    for i in range(len(items)):\n        if ", '"""Return the number of')
+SETTINGS = {"greedy": SamplerSettings(temperature=0, seed=0),
+            "sampled (T 0.8, top-k 40)": SamplerSettings(temperature=0.8, top_k=40, seed=0)}
+
+
+def measure(target, draft, prompt: str, settings: SamplerSettings, k: int, tokens: int) -> dict:
+    request = Request(prompt=prompt, settings=settings.with_(max_tokens=tokens), draft_k=k, compare_plain=True,
+                      record=False, ignore_eos=True)
+    [s] = [e.summary for e in run_speculative(target, draft, request, threading.Event()) if isinstance(e, Speculated)]
+    return {"accepted": s.stats.accepted, "drafted": s.stats.drafted, "tokens": s.stats.tokens,
+            "forwards": s.stats.target_forwards, "spec_s": s.decode_s, "plain_s": s.plain_decode_s,
+            "plain_tokens": s.plain_tokens}
+
+
+def table(name: str, target, draft, ks: list[int], tokens: int, prompts: tuple[str, ...]) -> None:
+    """One row per (settings, k): totals over the prompts."""
+    print(f"\n{name}: target {target.info.parameters / 1e6:.1f}M, draft {draft.info.parameters / 1e6:.2f}M, "
+          f"{target.info.backend} on {target.info.device}, {tokens} tokens x {len(prompts)} prompts")
+    print("| settings | k | acceptance | tokens / target forward | speculative tok/s | plain tok/s | ratio |")
+    print("|---|---|---|---|---|---|---|")
+    measure(target, draft, prompts[0], SamplerSettings(temperature=0), 2, 8)  # warm-up
+    for label, settings in SETTINGS.items():
+        for k in ks:
+            rows = [measure(target, draft, p, settings, k, tokens) for p in prompts]
+            acc = sum(r["accepted"] for r in rows) / max(1, sum(r["drafted"] for r in rows))
+            per = sum(r["tokens"] for r in rows) / sum(r["forwards"] for r in rows)
+            spec = sum(r["tokens"] for r in rows) / sum(r["spec_s"] for r in rows)
+            plain = sum(r["plain_tokens"] for r in rows) / sum(r["plain_s"] for r in rows)
+            print(f"| {label} | {k or 'adaptive'} | {acc:.0%} | {per:.2f} | {spec:.1f} | {plain:.1f} | "
+                  f"{spec / plain:.2f} |", flush=True)
+
+
+def random_pair(folder: Path):
+    target = make_model(folder / "target-0.1b", hidden=1024, layers=10, seed=0)
+    draft = make_model(folder / "draft-10m", hidden=384, layers=6, seed=1)
+    return target, draft
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backend", default="torch", choices=["torch", "mlx"])
+    ap.add_argument("--tokens", type=int, default=96)
+    ap.add_argument("--k", default="2,4,6,0", help="draft lengths, comma-separated (0: adaptive)")
+    ap.add_argument("--random-pair", action="store_true")
+    args = ap.parse_args()
+    ks = [int(k) for k in args.k.split(",")]
+    backend = get_backend(args.backend)
+    opts = LoadOptions(device="cpu", dtype="float32") if args.backend == "torch" else LoadOptions(dtype="float32")
+    target, draft = backend.load(BUILTIN_PATH, opts), backend.load(BUILTIN_DRAFT_PATH, opts)
+    table("built-in pair", target, draft, ks, args.tokens, PROMPTS)
+    if args.random_pair:
+        with tempfile.TemporaryDirectory() as tmp:
+            t, d = random_pair(Path(tmp))
+            table("random pair (acceptance meaningless)", backend.load(t, opts), backend.load(d, opts), [2, 4],
+                  args.tokens // 2, PROMPTS[:2])
+
+
+if __name__ == "__main__":
+    main()

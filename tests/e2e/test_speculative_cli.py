@@ -1,0 +1,28 @@
+"""`logitlab generate --draft-model` as a user runs it: a real subprocess on the built-in model and its draft."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from app.core.trace import RunTrace
+from tests.e2e.test_cli import logitlab
+
+
+def test_the_built_in_pair_prints_rounds_and_a_summary_and_saves_the_trace(tmp_path: Path):
+    trace = tmp_path / "run.jsonl"
+    r = logitlab("generate", "--backend", "torch", "--prompt", "import os\n", "--draft-model", "builtin-draft",
+                 "--num-draft", "3", "--max-tokens", "12", "--temperature", "0", "--json", "--trace", str(trace))
+    assert r.returncode == 0, r.stderr
+    *rounds, summary = [json.loads(x) for x in r.stdout.splitlines()]
+    assert rounds and all(set(x["round"]) >= {"drafts", "drawn", "residual", "kept"} for x in rounds)
+    assert summary["summary"] and summary["tokens"] == 12 == sum(x["round"]["kept"] for x in rounds)
+    assert summary["accepted"] == sum(x["accepted"] for x in rounds)
+    assert RunTrace.load(trace).text == summary["text"]
+
+
+def test_a_draft_with_another_tokenizer_fails_with_one_line(tiny_path: Path):
+    r = logitlab("generate", "--backend", "torch", "--prompt", "x", "--draft-model", str(tiny_path),
+                 "--max-tokens", "4")
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr.count("\n") == 1 and "must share its target's tokenizer" in r.stderr
