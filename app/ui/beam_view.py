@@ -9,10 +9,9 @@ forks like any other. Every number shown is the recorded one.
 
 from __future__ import annotations
 
-import queue
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox,
     QDockWidget,
@@ -43,12 +42,12 @@ from app.core.events import Failed
 from app.core.settings import SettingsError
 from app.ui.beam_tree import BeamTree
 from app.ui.formatting import format_logprob, visible
+from app.ui.model_job import ModelJob
 
 if TYPE_CHECKING:
     from app.core.models import ModelSpec
     from app.ui.playground import Playground
 
-DRAIN_MS = 30
 EARLY = {"false: when no beam can do better": False, "true: once width are finished": True,
          "never: judge at max length": "never"}
 COLUMNS = ("#", "score", "log p", "tokens", "end", "text", "")
@@ -109,15 +108,14 @@ class BeamView(QDockWidget):
         self.status = QLabel("Set the beams and press Run: the search runs on the prompt and model of the window.")
         self.status.setWordWrap(True)
         self._build()
-        self._queue: queue.Queue = queue.Queue()
-        self._request: BeamRequest | None = None
+        self.job = ModelJob(playground, self)  # the search on the model thread: its queue, drained on a timer
         self._started: BeamStarted | None = None
         self._spec: ModelSpec | None = None
         self._texts: dict[int, str] = {}  # token id -> display text, for every token a step named
         self.steps: list[BeamStep] = []  # the records drawn, in order
         self.result: BeamFinished | None = None
-        self._timer = QTimer(self, interval=DRAIN_MS)
-        self._timer.timeout.connect(self.drain)
+        self.job.event.connect(self._on_event)
+        self.job.running_changed.connect(self._show_running)
         self.controls.run.clicked.connect(self.run)
         self.controls.stop.clicked.connect(self.stop)
         self.tree.step_clicked.connect(self.show_step)
@@ -151,7 +149,7 @@ class BeamView(QDockWidget):
 
     @property
     def running(self) -> bool:
-        return self._request is not None
+        return self.job.running
 
     def run(self) -> bool:
         """Start a search on the editing state's prompt and model; False (and why, in the status) if it cannot."""
@@ -164,57 +162,47 @@ class BeamView(QDockWidget):
             self.status.setText(str(e))
             return False
         e = self.playground.editing
-        self._request = BeamRequest(model=e.model, prompt=e.prompt.text, messages=e.prompt.chat_messages,
-                                    settings=settings)
+        request = BeamRequest(model=e.model, prompt=e.prompt.text, messages=e.prompt.chat_messages, settings=settings)
         self._spec = e.model  # the model the search runs on: a hypothesis opens on it, whatever is chosen next
         self._reset()
-        self.playground.worker.beam(self._request, self._queue)
-        self._set_running(True)
+        self.job.start(request, self.playground.worker.beam)
         self.status.setText("Prefilling the prompt…")
         return True
 
     def stop(self) -> None:
-        if self._request is not None:
-            self.playground.worker.cancel(self._request.id)
+        self.job.stop()
 
     def _reset(self) -> None:
         self._started, self.result, self._texts, self.steps, self.shown_step = None, None, {}, [], None
         self.tree.clear()
         self.table.setRowCount(0)
 
-    def _set_running(self, running: bool) -> None:
+    def _show_running(self, running: bool) -> None:
         self.controls.run.setEnabled(not running)
         self.controls.stop.setEnabled(running)
-        if running:
-            self._timer.start()
-        else:
-            self._timer.stop()
-            self._request = None
 
     def drain(self) -> None:
-        """Take every waiting event: a column per step, the hypotheses at the end."""
-        while True:
-            try:
-                ev = self._queue.get_nowait()
-            except queue.Empty:
-                return
-            if isinstance(ev, BeamStarted):
-                self._started = ev
-                self.tree.clear(self.playground.tokenizer.decode(ev.prompt_ids) if self.playground.tokenizer
-                                else "")
-            elif isinstance(ev, BeamStepped):
-                self.steps.append(ev.step)
-                self._texts.update(ev.texts)
-                self.tree.add_step(ev.step, self._texts)
-                if self.shown_step is None:
-                    self._fill_step(ev.step)
-                self.status.setText(f"Step {ev.step.step + 1}: {sum(c.fate == 'kept' for c in ev.step.candidates)}"
-                                    f" beams live")
-            elif isinstance(ev, BeamFinished):
-                self._finish(ev)
-            elif isinstance(ev, Failed):
-                self.status.setText(ev.message)
-                self._set_running(False)
+        """Take every waiting event now (the job's timer does it every few milliseconds)."""
+        self.job.drain()
+
+    def _on_event(self, ev: object) -> None:
+        """One event of the search: a column per step, the hypotheses at the end."""
+        if isinstance(ev, BeamStarted):
+            self._started = ev
+            self.tree.clear(self.playground.tokenizer.decode(ev.prompt_ids) if self.playground.tokenizer else "")
+        elif isinstance(ev, BeamStepped):
+            self.steps.append(ev.step)
+            self._texts.update(ev.texts)
+            self.tree.add_step(ev.step, self._texts)
+            if self.shown_step is None:
+                self._fill_step(ev.step)
+            self.status.setText(f"Step {ev.step.step + 1}: {sum(c.fate == 'kept' for c in ev.step.candidates)}"
+                                f" beams live")
+        elif isinstance(ev, BeamFinished):
+            self._finish(ev)
+        elif isinstance(ev, Failed):
+            self.status.setText(ev.message)
+            self.job.done()
 
     def show_step(self, i: int) -> None:
         """Pin step i in the candidates table (the tree's click)."""
@@ -239,7 +227,7 @@ class BeamView(QDockWidget):
 
     def _finish(self, ev: BeamFinished) -> None:
         self.result = ev
-        self._set_running(False)
+        self.job.done()
         self._fill(ev)
         r = ev.result
         why = {"done": "no live beam could do better", "length": "max tokens reached", "cancelled": "stopped"}

@@ -5,7 +5,7 @@ which messages go to the banner.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QPaintEvent, QResizeEvent
@@ -35,20 +35,15 @@ from app.ui.panels import MetricsStrip, ModelCard
 from app.ui.playground import Playground
 from app.ui.preferences import Preferences
 from app.ui.prompt_editor import PromptEditor
-from app.ui.quant_action import QuantAction
 from app.ui.sampler_panel import SamplerPanel
 from app.ui.sessions import Sessions, state_dir
 from app.ui.step_panel import StepPanel
 from app.ui.token_view import TokenView
+from app.ui.tools import TOOLS, ToolAction
 
 if TYPE_CHECKING:
     from app.core.model_thread import ModelThread
-    from app.ui.beam_view import BeamView
     from app.ui.code_dialog import CodeDialog
-    from app.ui.samples_view import SamplesView
-    from app.ui.side_by_side import SideBySideView
-    from app.ui.speculative_view import SpeculativeView
-    from app.ui.sweep_view import SweepView
 
 MAX_RECENT = 10
 PRELOAD_MS = 250
@@ -85,10 +80,7 @@ class MainWindow(QMainWindow):
         self._build_actions()
         self._build_help()
         self._build_tools()
-        self._build_samples()
-        self._build_side_by_side()
-        self._build_beam()
-        self._build_speculative()
+        self._build_run_tools()
         self._build_branching()
         self._build_sessions()
         self._build_layout()
@@ -192,94 +184,17 @@ class MainWindow(QMainWindow):
         self.run_menu.addSeparator()
         self.run_menu.addAction(self.code_action)
 
-    def _build_samples(self) -> None:
-        """Run → Sample ×N… and Sweep…: N samples of the prompt with their statistics, and a grid of settings
-        (app/ui/samples_view.py, app/ui/sweep_view.py; built at their first use: pyqtgraph)."""
-        self.samples_action = QAction("Sample ×&N…", self, shortcut=QKeySequence("Ctrl+Shift+N"),
-                                      toolTip="Draw N continuations together and compare them")
-        self.sweep_action = QAction("S&weep…", self, toolTip="N samples under each cell of a grid of two settings")
-        self.samples_view: SamplesView | None = None
-        self.sweep_view: SweepView | None = None
+    def _build_run_tools(self) -> None:
+        """Run → Sample ×N…, Sweep…, Side by side…, Beam search…, Speculative decoding…, Compare quantization…
+        (app/ui/tools.py: each view made at its first use). A sweep's cell opens its samples in the samples view."""
+        def wire_sweep(view: Any) -> None:
+            view.samples_requested.connect(lambda request: self.tools["samples"].open().show_request(request))
+            view.failed.connect(self.banner.show_message)
 
-        def samples() -> SamplesView:
-            from app.ui.samples_view import SamplesView  # (pyqtgraph: not before the first paint)
-
-            if self.samples_view is None:
-                self.samples_view = SamplesView(self.playground, self)
-            self.samples_view.show()
-            self.samples_view.raise_()
-            return self.samples_view
-
-        def sweep() -> None:
-            from app.ui.sweep_view import SweepView
-
-            if self.sweep_view is None:
-                self.sweep_view = SweepView(self.playground, self)
-                self.sweep_view.samples_requested.connect(lambda request: samples().show_request(request))
-                self.sweep_view.failed.connect(self.banner.show_message)
-            self.sweep_view.show()
-            self.sweep_view.raise_()
-
-        self.samples_action.triggered.connect(samples)
-        self.sweep_action.triggered.connect(sweep)
-        self.run_menu.addActions([self.samples_action, self.sweep_action])
-
-    def _build_side_by_side(self) -> None:
-        """Run → Side by side…: 2–4 columns of one prompt under their own settings (app/ui/side_by_side.py)."""
-        self.side_action = QAction("Si&de by side…", self, toolTip="Run the prompt under 2 to 4 settings and "
-                                   "compare them step by step")
-        self.side_view: SideBySideView | None = None
-
-        def show_side() -> None:
-            from app.ui.side_by_side import SideBySideView  # (pyqtgraph: not before the first paint)
-
-            if self.side_view is None:
-                self.side_view = SideBySideView(self.playground, self)
-            self.side_view.show()
-            self.side_view.raise_()
-
-        self.side_action.triggered.connect(show_side)
-        self.run_menu.addAction(self.side_action)
-
-    def _build_beam(self) -> None:
-        """Run → Beam search…: a dock with the beam tree and the finished hypotheses (app/ui/beam_view.py)."""
-        self.beam_action = QAction("&Beam search…", self, shortcut=QKeySequence("Ctrl+Shift+B"),
-                                   toolTip="Run a beam search on the prompt and watch its tree grow")
-        self.beam_view: BeamView | None = None
-
-        def show_beam() -> None:
-            from app.ui.beam_view import BeamView  # (the beam search's core modules: not before the first paint)
-
-            if self.beam_view is None:
-                self.beam_view = BeamView(self.playground, self)
-                self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.beam_view)
-                self.beam_view.setFloating(True)  # the tree needs room: its own window first, docked if dragged in
-                self.beam_view.resize(1100, 640)
-            self.beam_view.show()
-            self.beam_view.raise_()
-
-        self.beam_action.triggered.connect(show_beam)
-        self.run_menu.addAction(self.beam_action)
-        self.quant_action = QuantAction(self, self.playground)  # Run → Compare quantization… (app/ui/quant_view.py)
-        self.run_menu.addAction(self.quant_action)
-
-    def _build_speculative(self) -> None:
-        """Run → Speculative decoding…: a dock with the draft picker, k, and every round's verdicts."""
-        self.speculative_action = QAction("Spec&ulative decoding…", self, shortcut=QKeySequence("Ctrl+Shift+D"),
-                                          toolTip="A small draft model proposes, the window's model verifies")
-        self.speculative_view: SpeculativeView | None = None
-
-        def show_speculative() -> None:
-            from app.ui.speculative_view import SpeculativeView  # (not before the first paint)
-
-            if self.speculative_view is None:
-                self.speculative_view = SpeculativeView(self.playground, self)
-                self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.speculative_view)
-            self.speculative_view.show()
-            self.speculative_view.raise_()
-
-        self.speculative_action.triggered.connect(show_speculative)
-        self.run_menu.addAction(self.speculative_action)
+        self.run_menu.addSeparator()
+        self.tools = {t.name: ToolAction(t, self, self.playground, wire_sweep if t.name == "sweep" else None)
+                      for t in TOOLS}
+        self.run_menu.addActions(list(self.tools.values()))
 
     def _build_sessions(self) -> None:
         """File → New / Open / Open Recent / Save / Save As, the title's file name and modified mark, autosave."""

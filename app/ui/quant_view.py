@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import html
 import math
-import queue
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, Qt, QTimer, Signal
+from PySide6.QtCore import QPointF, Qt, Signal
 from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
     QComboBox,
@@ -39,13 +38,13 @@ from app.core.models import ModelSpec
 from app.core.quant_diff import Diffed, DiffProgress, DiffRequest, DiffSummary, QuantDiff
 from app.ui.charts import DRAWN, RAW, ThemedPlot, _show_tip, finite
 from app.ui.formatting import format_logprob, shown_piece, visible
+from app.ui.model_job import ModelJob
 from app.ui.surprisal_view import surprise_color
 from app.ui.token_spans import Legend, TokenSpans
 
 if TYPE_CHECKING:
     from app.ui.playground import Playground
 
-DRAIN_MS = 30
 EMPTY_POSITIONS = 20  # the chart's x range before a diff
 KL_FLOOR, KL_DECADES = 1e-6, 6  # the shading runs from KL <= 1e-6 nats (clear) to >= 1 nat (full colour), log-spaced
 DTYPES = {"as A": None, "float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
@@ -223,11 +222,10 @@ class QuantView(QDockWidget):
         self.summary = QLabel(wordWrap=True)
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self._build()
-        self._queue: queue.Queue = queue.Queue()
-        self._request: DiffRequest | None = None
+        self.job = ModelJob(playground, self)  # the diff on the model thread: its queue, drained on a timer
         self.diff: QuantDiff | None = None
-        self._timer = QTimer(self, interval=DRAIN_MS)
-        self._timer.timeout.connect(self.drain)
+        self.job.event.connect(self._on_event)
+        self.job.running_changed.connect(self._show_running)
         self.controls.run.clicked.connect(self.run)
         self.controls.stop.clicked.connect(self.stop)
 
@@ -257,7 +255,7 @@ class QuantView(QDockWidget):
 
     @property
     def running(self) -> bool:
-        return self._request is not None
+        return self.job.running
 
     def make_request(self) -> DiffRequest:
         """A is the shown run's model on its tokens (prompt and output), else the window's model on the prompt."""
@@ -275,48 +273,40 @@ class QuantView(QDockWidget):
         if self.running or self.playground.busy:
             self.status.setText("A run is in progress: wait for it, or stop it, then compare.")
             return False
-        self._request = self.make_request()
+        request = self.make_request()
         self.diff = None
         self.summary.setText("")
         self.chart.clear_diff()
         self.text.clear_diff()
-        self.playground.worker.diff(self._request, self._queue)
-        self._set_running(True)
-        source = "the shown run's" if self._request.prompt_ids is not None else "the prompt's"
+        self.job.start(request, self.playground.worker.diff)
+        source = "the shown run's" if request.prompt_ids is not None else "the prompt's"
         self.status.setText(f"Comparing on {source} tokens…")
         return True
 
     def stop(self) -> None:
-        if self._request is not None:
-            self.playground.worker.cancel(self._request.id)
+        self.job.stop()
 
-    def _set_running(self, running: bool) -> None:
+    def _show_running(self, running: bool) -> None:
         self.controls.run.setEnabled(not running)
         self.controls.stop.setEnabled(running)
-        if running:
-            self._timer.start()
-        else:
-            self._timer.stop()
-            self._request = None
 
     def drain(self) -> None:
-        while True:
-            try:
-                ev = self._queue.get_nowait()
-            except queue.Empty:
-                return
-            if isinstance(ev, DiffProgress):
-                self.status.setText(ev.message)
-            elif isinstance(ev, Diffed):
-                self._set_running(False)
-                if ev.diff is not None:
-                    self.show_diff(ev.diff)
-                else:
-                    self.status.setText("Stopped: nothing compared.")
-                self.finished.emit(ev.diff)
-            elif isinstance(ev, Failed):
-                self.status.setText(ev.message)
-                self._set_running(False)
+        """Take every waiting event now (the job's timer does it every few milliseconds)."""
+        self.job.drain()
+
+    def _on_event(self, ev: object) -> None:
+        if isinstance(ev, DiffProgress):
+            self.status.setText(ev.message)
+        elif isinstance(ev, Diffed):
+            self.job.done()
+            if ev.diff is not None:
+                self.show_diff(ev.diff)
+            else:
+                self.status.setText("Stopped: nothing compared.")
+            self.finished.emit(ev.diff)
+        elif isinstance(ev, Failed):
+            self.status.setText(ev.message)
+            self.job.done()
 
     def show_diff(self, d: QuantDiff) -> None:
         """Draw a record: chart, shaded text, summary."""

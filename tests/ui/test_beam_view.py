@@ -11,8 +11,8 @@ from tests.ui.conftest import RUN_TIMEOUT
 
 
 def open_dock(window):
-    window.beam_action.trigger()
-    view = window.beam_view
+    window.tools["beam"].trigger()
+    view = window.tools["beam"].view
     assert view is not None and view.isVisible()
     return view
 

@@ -33,8 +33,8 @@ def generate(qtbot, w: MainWindow, max_tokens: int = 12) -> object:
 
 
 def compare(qtbot, w: MainWindow, dtype: str) -> tuple[QuantView, QuantDiff]:
-    w.quant_action.trigger()
-    view = w.quant_action.view
+    w.tools["quant"].trigger()
+    view = w.tools["quant"].view
     view.controls.dtype.setCurrentText(dtype)
     with qtbot.waitSignal(view.finished, timeout=RUN_TIMEOUT) as done:
         assert view.run()
@@ -90,8 +90,8 @@ def test_with_no_run_the_prompt_against_itself_is_all_clear(qtbot, window):
 
 def test_a_failure_is_one_line_in_the_status_and_the_dock_can_run_again(qtbot, window):
     window.prompt.set_prompt("Hello")
-    window.quant_action.trigger()
-    view = window.quant_action.view
+    window.tools["quant"].trigger()
+    view = window.tools["quant"].view
     view.controls.model.setText("/nonexistent/variant")
     assert view.run()
     qtbot.waitUntil(lambda: not view.running, timeout=RUN_TIMEOUT)

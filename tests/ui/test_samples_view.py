@@ -17,8 +17,8 @@ def sampled(qtbot, w: MainWindow, n: int = 6, max_tokens: int = 10) -> SamplesVi
     w.prompt.set_prompt("Hello there")
     w.sampler.editors["max_tokens"].setValue(max_tokens)
     w.sampler.editors["temperature"].setValue(1.2)
-    w.samples_action.trigger()
-    view = w.samples_view
+    w.tools["samples"].trigger()
+    view = w.tools["samples"].view
     assert view is not None and view.isVisible()
     view.count.setValue(n)
     qtbot.mouseClick(view.sample_button, Qt.MouseButton.LeftButton)

@@ -19,8 +19,8 @@ def opened(w: MainWindow, max_tokens: int = 12) -> SideBySideView:
     w.prompt.set_prompt("Hello there")
     w.sampler.editors["max_tokens"].setValue(max_tokens)
     w.sampler.editors["temperature"].setValue(0.9)
-    w.side_action.trigger()
-    view = w.side_view
+    w.tools["side"].trigger()
+    view = w.tools["side"].view
     assert view is not None and view.isVisible()
     return view
 

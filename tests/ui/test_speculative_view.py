@@ -20,8 +20,8 @@ def draft_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def open_dock(window, qtbot, source: str, k: int):
-    window.speculative_action.trigger()
-    view = window.speculative_view
+    window.tools["speculative"].trigger()
+    view = window.tools["speculative"].view
     view.controls.draft.setEditText(source)
     view.controls.k.setValue(k)
     window.sampler.set_settings(window.editing.settings.with_(max_tokens=16))

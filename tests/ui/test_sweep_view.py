@@ -18,8 +18,8 @@ RUN_TIMEOUT = 120_000
 def sweep_window(w: MainWindow) -> SweepView:
     w.prompt.set_prompt("Hello there")
     w.sampler.editors["max_tokens"].setValue(4)
-    w.sweep_action.trigger()
-    view = w.sweep_view
+    w.tools["sweep"].trigger()
+    view = w.tools["sweep"].view
     assert view is not None and view.isVisible()
     view.count.setValue(2)
     view.values[0].setText("0,0.9,1.8")  # temperature
@@ -58,7 +58,7 @@ def test_clicking_a_cell_lists_its_samples_and_stop_leaves_the_rest_empty(qtbot,
     qtbot.waitUntil(lambda: not window.playground.busy and not view.stop_button.isEnabled(), timeout=RUN_TIMEOUT)
     assert 1 <= sum(c.result is not None for c in view.cells) < 9 and "stopped" in view.status.text()
     view.grid.cellClicked.emit(0, 0)
-    samples = window.samples_view
+    samples = window.tools["samples"].view
     assert samples is not None and samples.request is view.cells[0].request
     assert samples.result == view.cells[0].result and samples.table.rowCount() == 2
 
