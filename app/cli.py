@@ -27,6 +27,7 @@ from app.arguments import (
 from app.beam_cli import add_beam_args, run_beams
 from app.core.compare import Axis, compile_pattern, make_grid, parse_axis
 from app.core.events import Message, Request
+from app.core.logit_bias import BiasEntry, parse_entry
 from app.core.models import ModelSpec
 from app.core.prompt_sets import read_prompt_set
 from app.core.sampling import RECORD_K
@@ -92,18 +93,27 @@ def add_sampler_args(p: argparse.ArgumentParser) -> None:
                    metavar="ORDER", help="the stages' order: temperature-first (default) or temperature-last, an "
                    f"engine's ({', '.join(ENGINE_CHAINS)}), or stage names with commas ({','.join(STAGES)}); the "
                    "stages it leaves out follow in the default order")
-    p.add_argument("--logit-bias", type=bias_pair, action="append", default=[], metavar="ID=VALUE",
-                   help=f"add VALUE (±{MAX_BIAS:g}) to token ID's logit (repeatable)")
+    p.add_argument("--logit-bias", type=bias_entry, action="append", default=[], metavar="TOKEN=VALUE",
+                   help=f"add VALUE (±{MAX_BIAS:g}) to a token's logit: TOKEN is its id or its text, found in the "
+                        "model's vocabulary once it is loaded (quote it to keep spaces: '\" the\"=-5'; \\n is a "
+                        "newline); repeatable")
     p.add_argument("--dry-breakers", type=breaker_list, default=DRY_BREAKERS, metavar="JSON",
                    help="DRY's sequence breakers, a JSON list of strings: a token holding one ends a repeat "
                         '(default: ["\\n", ":", "\\"", "*"], as llama.cpp)')
     add_count(p, "--top-n", 1, RECORD_K, 20, "candidates recorded per step")
 
 
-def settings_from(args: argparse.Namespace) -> SamplerSettings:
+def settings_from(args: argparse.Namespace, by_text: bool = False) -> SamplerSettings:
+    """The settings the flags give; --logit-bias by id only, unless `by_text` (the caller finds each token in the
+    loaded model's vocabulary: `app.core.logit_bias.resolve`)."""
     values = {f.name: getattr(args, f.name) for f in FIELDS}
+    texts = [e.token for e in args.logit_bias if isinstance(e.token, str)]
+    if texts and not by_text:
+        raise SettingsError(f"--logit-bias by text ({texts[0]!r}) is for a plain `logitlab generate` (not --beams, "
+                            "--draft-model, --stats, sweep or the window): give the token's id")
+    ids = tuple((e.token, e.value) for e in args.logit_bias if isinstance(e.token, int))
     return SamplerSettings(**values, seed=args.seed, stop=tuple(read_escapes(s) for s in args.stop),
-                           order=args.order[0], chain=args.order[1], logit_bias=tuple(args.logit_bias),
+                           order=args.order[0], chain=args.order[1], logit_bias=ids,
                            dry_breakers=args.dry_breakers)
 
 
@@ -126,17 +136,12 @@ def breaker_list(text: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def bias_pair(text: str) -> tuple[int, float]:
-    """--logit-bias ID=VALUE."""
-    tid, sep, value = text.partition("=")
+def bias_entry(text: str) -> BiasEntry:
+    """--logit-bias TOKEN=VALUE, read by `app.core.logit_bias.parse_entry` (its message when it cannot be)."""
     try:
-        pair = int(tid), float(value)
-    except ValueError:
-        pair = None
-    if not sep or pair is None or pair[0] < 0 or not -MAX_BIAS <= pair[1] <= MAX_BIAS:
-        raise argparse.ArgumentTypeError(f"expected ID=VALUE (a token id ≥ 0, a value from {-MAX_BIAS:g} to "
-                                         f"{MAX_BIAS:g}), got {text!r}")
-    return pair
+        return parse_entry(text)
+    except SettingsError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def spec_from(args: argparse.Namespace) -> ModelSpec:
@@ -268,8 +273,9 @@ def run_generate(argv: Sequence[str]) -> int:
     from app.terminal import stream_to_terminal
 
     args = generate_parser().parse_args(argv)
+    plain = not (args.beams or args.draft_model or args.stats or args.match)  # where a bias by text is found
     try:
-        settings = settings_from(args)
+        settings = settings_from(args, by_text=plain)
         check_base_url(args.base_url)
         prompt = read_prompt(args)
         check_trace_path(args.trace, args.prompt_file)
@@ -286,7 +292,7 @@ def run_generate(argv: Sequence[str]) -> int:
         return run_draft(request, args)
     if args.stats or args.match:
         return run_stats(request, args)
-    return stream_to_terminal(request, json_out=args.json, trace_path=args.trace)
+    return stream_to_terminal(request, json_out=args.json, trace_path=args.trace, bias=args.logit_bias)
 
 
 def run_stats(request: Request, args: argparse.Namespace) -> int:

@@ -16,12 +16,16 @@ import os
 import queue
 import sys
 import time
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from app.arguments import DEBUG_ENV, to_json
-from app.core.events import Failed, Finished, Loaded, Loading, Prefilled, Request, Step
+from app.core.events import Event, Failed, Finished, Loaded, Loading, Prefilled, Request, Step
+from app.core.logit_bias import BiasEntry, resolve
 from app.core.model_thread import ModelThread
+from app.core.settings import SettingsError
 
 SLOW_STEP_S = 1.0  # with --compile, first steps this slow are compiling: say so
 
@@ -148,21 +152,51 @@ class Unexpected(logging.Handler):
         return "" if os.environ.get(DEBUG_ENV) else f" ({DEBUG_ENV}=1 prints the traceback)"
 
 
-def stream_to_terminal(request: Request, json_out: bool = False, trace_path: str | None = None) -> int:
-    """Run `request` and stream it; the trace files are written (atomically) once each sample is complete."""
+def stream_to_terminal(request: Request, json_out: bool = False, trace_path: str | None = None,
+                       bias: Sequence[BiasEntry] = ()) -> int:
+    """Run `request` and stream it; the trace files are written (atomically) once each sample is complete. With
+    `bias` (--logit-bias by text or id), the model is loaded first and each entry found in its vocabulary: one not
+    found exits 2 with its one line, and nothing else is printed."""
     unexpected = Unexpected()
     logging.getLogger("app").addHandler(unexpected)  # not Python's last-resort handler: no traceback by default
     worker = ModelThread()
-    worker.submit(request)
     try:
-        return _stream(worker, request, json_out, trace_path, unexpected)
+        held: list[Event] = []
+        if bias:
+            try:
+                found = _with_bias(worker, request, bias, held)
+            except KeyboardInterrupt:
+                return 130
+            if found is None:
+                return 2
+            request = found
+        if not held or not isinstance(held[-1], Failed):  # (a load that failed: its line is all that is left)
+            worker.submit(request)
+        return _stream(worker, request, json_out, trace_path, unexpected, held)
     finally:
         worker.close()
         logging.getLogger("app").removeHandler(unexpected)
 
 
+def _with_bias(worker: ModelThread, request: Request, bias: Sequence[BiasEntry], held: list[Event]) -> Request | None:
+    """`request` with its logit bias found in the loaded model's vocabulary (the loading events go to `held`, to
+    print after); None when a token is not found (its line printed). A failed load is left in `held`."""
+    worker.submit(request, load_only=True)
+    while not held or not isinstance(held[-1], (Loaded, Failed)):
+        held.append(worker.events.get())
+    if isinstance(held[-1], Failed):
+        return request
+    loaded = held[-1]
+    try:
+        pairs = resolve(bias, loaded.tokenizer, loaded.info.vocab_size)
+    except SettingsError as e:
+        print(f"logitlab: error: {e}", file=sys.stderr)
+        return None
+    return replace(request, settings=replace(request.settings, logit_bias=pairs))
+
+
 def _stream(worker: ModelThread, request: Request, json_out: bool, trace_path: str | None,
-            unexpected: Unexpected) -> int:
+            unexpected: Unexpected, held: Sequence[Event] = ()) -> int:
     texts: dict[int, list[str]] = {i: [] for i in range(request.n)}
     left = set(request.run_ids)
     live = request.n == 1 and not json_out  # one sample streams as text; several print once each is complete
@@ -170,11 +204,12 @@ def _stream(worker: ModelThread, request: Request, json_out: bool, trace_path: s
     first_decode = FirstDecode(out)
     stage = "starting"  # what the model thread is doing, for an unexpected error's line
     code = 0
+    pending = list(held)  # a load's events that came before the request was submitted
     try:
         while left:
             first_decode.tick()
             try:
-                ev = worker.events.get(timeout=0.1)
+                ev = pending.pop(0) if pending else worker.events.get(timeout=0.1)
             except queue.Empty:  # keep waiting, with a timeout so that Ctrl+C gets through
                 continue
             if isinstance(ev, Failed):

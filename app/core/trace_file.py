@@ -19,11 +19,12 @@ import numpy as np
 from app.core.files import brief, check_header, is_a, parse_json, read_field, whole
 from app.core.metrics import Metrics
 from app.core.record import SCALARS, Sample, StepTrace, json_floats
+from app.core.settings import STAGES as SAMPLER_STAGES
 from app.core.settings import read_settings
 
 FORMAT = "logitlab-trace"
 VERSION = 1
-STAGES = ("penalties", "greedy", "temperature", "top_k", "top_p", "min_p")  # the names a record's stages have
+STAGES = ("penalties", "greedy", *SAMPLER_STAGES)  # the names a record's stages have
 MAX_ID = 2**31 - 1  # token ids are int32
 HEADER = ("run_id", "parent", "model", "settings", "seed", "prompt_ids", "prompt_text", "branch")  # a run's fields
 FOOTER = ("finish_reason", "finish_message", "metrics")
@@ -144,7 +145,7 @@ def _step_from(obj: dict[str, Any], index: int, texts: dict[str, str]) -> StepTr
                                   scalars["prob"], scalars["raw_logprob"], reported)
     else:
         stages = read_field(obj, "stages", lambda v: _list_of(v, lambda x: isinstance(x, str) and x in STAGES),
-                            f"a list of stage names ({', '.join(STAGES)})")
+                            f"a list of stage names ({', '.join(STAGES[:4])}, ...)")
         kept = _array(obj, "kept", 2, whole=True)
         top_logits = _array(obj, "top_logits", 1)
         cumulative = read_field(obj, "top_p_cumulative", is_a(list), "a list", null=True)

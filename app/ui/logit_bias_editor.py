@@ -23,7 +23,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.settings import MAX_BIAS
+from app.core.logit_bias import token_id, typed_token
+from app.core.settings import MAX_BIAS, SettingsError
 
 PAIR = Qt.ItemDataRole.UserRole
 
@@ -121,16 +122,13 @@ class LogitBiasEditor(QWidget):
             return None, "type a token's text or its id"
         if typed in self._ids:
             return self._ids[typed], ""
-        if typed.strip().isdigit():
-            tid = int(typed)
-            ok = not self.vocab_size or tid < self.vocab_size
-            return (tid, "") if ok else (None, f"token id {tid} is past this vocabulary ({self.vocab_size} tokens)")
-        if self.tokenizer is None:
+        token = typed_token(typed)
+        if self.tokenizer is None and isinstance(token, str):
             return None, "no model is loaded: type a token id, or load a model to search its vocabulary"
-        ids = self.tokenizer.encode(typed, add_special_tokens=False)
-        if len(ids) != 1:
-            return None, f"{typed!r} is {len(ids)} tokens here, not one: pick one from the list"
-        return ids[0], ""
+        try:
+            return token_id(token, self.tokenizer, self.vocab_size), ""  # type: ignore[arg-type]
+        except SettingsError as e:
+            return None, str(e)
 
     def _fill_vocabulary(self) -> None:
         """The completer's list: every token's text with its id (made once per model, when first searched)."""

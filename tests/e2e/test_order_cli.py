@@ -27,8 +27,9 @@ def test_the_json_records_each_stage_in_the_order_asked_for(tiny_path: Path):
 @pytest.mark.parametrize(("argv", "says"), [
     (["--order", "top_q,temperature"], "argument --order: unknown stage 'top_q' in the order"),
     (["--order", "top_k,top_k"], "argument --order: a stage is named twice in the order"),
-    (["--logit-bias", "5"], "argument --logit-bias: expected ID=VALUE"),
-    (["--logit-bias", "5=200"], "argument --logit-bias: expected ID=VALUE (a token id ≥ 0, a value from -100 to 100)"),
+    (["--logit-bias", "5"], "argument --logit-bias: expected TOKEN=VALUE"),
+    (["--logit-bias", "5=200"], "argument --logit-bias: expected TOKEN=VALUE (a token's text or id, a value from -100 "
+                                "to 100)"),
     (["--typical-p", "2"], "typical_p must be a number from 0 to 1"),
     (["--mirostat-tau", "-1"], "mirostat_tau must be a number from 0 to 10"),
 ])
