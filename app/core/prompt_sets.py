@@ -1,6 +1,7 @@
-"""Prompt sets: a table of prompts read from CSV (a `prompt` column, else the first) or JSON Lines (per line an
-object with a `prompt` field, or a JSON string), for a sweep run over each of them. Bad input raises a
-`SettingsError` whose one line names the file, the line and what is wrong. Reads only; runs nothing.
+"""Prompt sets: a table of prompts read from CSV (a `prompt` column, else the first), JSON Lines (per line an
+object with a `prompt` field, or a JSON string) or pasted text, for a run over each of them; and the results of
+such a run (per prompt and sample, `compare`'s statistics) written as CSV, JSON Lines or Markdown, atomically.
+Bad input raises a `SettingsError` whose one line names the file, the line and what is wrong. Runs nothing.
 """
 
 from __future__ import annotations
@@ -8,8 +9,16 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from app.core.compare import SampleStats
+from app.core.files import write_atomic, write_lines
 from app.core.settings import SettingsError
 
 MAX_PROMPTS = 1000
@@ -64,3 +73,93 @@ def _from_jsonl(text: str, name: str) -> list[str]:
             raise SettingsError(f"{name}, line {i}: expected a text or an object with a \"prompt\" text")
         out.append(prompt)
     return out
+
+
+def parse_pasted(text: str) -> tuple[str, ...]:
+    """Pasted prompts: blocks separated by blank lines where there is a blank line between two texts, else one
+    prompt per line; surrounding blank space is dropped. Raises SettingsError when there is no prompt."""
+    text = text.replace("\r\n", "\n").strip()
+    if re.search(r"\S\n[ \t]*\n", text):
+        prompts = [b.strip() for b in re.split(r"\n[ \t]*\n", text)]
+    else:
+        prompts = [line.strip() for line in text.split("\n")]
+    prompts = [p for p in prompts if p]
+    if not prompts:
+        raise SettingsError("nothing to add: paste prompts one per line, or blocks separated by a blank line")
+    return tuple(prompts)
+
+
+def write_prompt_set(path: str | os.PathLike, prompts: Sequence[str]) -> None:
+    """The set as JSON Lines (`{"prompt": ...}` a line), written atomically; `read_prompt_set` reads it back."""
+    write_lines(path, (json.dumps({"prompt": p}, ensure_ascii=False) for p in prompts))
+
+
+# results ------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PromptResult:
+    """One sample of one prompt of the set: the prompt's place in the set, its text, and the sample's statistics."""
+
+    index: int  # the prompt's row in the set, from 0
+    prompt: str
+    sample: SampleStats
+
+
+RESULT_COLUMNS = ("prompt_index", "prompt", "sample", "seed", "text", "tokens", "mean_logprob", "perplexity",
+                  "finish_reason")
+
+
+def result_record(r: PromptResult) -> dict[str, Any]:
+    """A result as the flat record every writer writes (`RESULT_COLUMNS`; a statistic not measured: None)."""
+    s = r.sample
+    return {"prompt_index": r.index, "prompt": r.prompt, "sample": s.sequence, "seed": s.seed, "text": s.text,
+            "tokens": s.length, "mean_logprob": s.mean_logprob, "perplexity": s.perplexity,
+            "finish_reason": s.finish_reason}
+
+
+def results_csv(results: Sequence[PromptResult]) -> str:
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(RESULT_COLUMNS)
+    for r in results:
+        w.writerow(["" if v is None else v for v in result_record(r).values()])
+    return out.getvalue()
+
+
+def results_jsonl(results: Sequence[PromptResult]) -> str:
+    """One JSON object a line; an infinite perplexity is written as null (JSON has no infinity)."""
+    return "".join(json.dumps({k: _finite(v) for k, v in result_record(r).items()}, ensure_ascii=False) + "\n"
+                   for r in results)
+
+
+def results_markdown(results: Sequence[PromptResult]) -> str:
+    """A Markdown table; a cell's pipes, backslashes, `&`, `<` and line breaks escaped (`markdown_cell`)."""
+    lines = ["| " + " | ".join(RESULT_COLUMNS) + " |", "|" + "---|" * len(RESULT_COLUMNS)]
+    for r in results:
+        lines.append("| " + " | ".join(markdown_cell(v) for v in result_record(r).values()) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def markdown_cell(value: Any) -> str:
+    """A value as one table cell: None empty, numbers as Python writes them, text escaped so that it stays one cell
+    of one row and reads back as written (a line break is `<br>`, a carriage return `&#13;`, a space at either end
+    `&#32;`, which a table would trim)."""
+    if value is None:
+        return ""
+    text = str(value)
+    for a, b in (("\\", "\\\\"), ("|", "\\|"), ("&", "&amp;"), ("<", "&lt;"), ("\r", "&#13;"), ("\n", "<br>")):
+        text = text.replace(a, b)
+    return re.sub(r"^ | $", "&#32;", text)
+
+
+WRITERS = {"csv": results_csv, "jsonl": results_jsonl, "md": results_markdown}
+
+
+def export_results(path: str | os.PathLike, results: Sequence[PromptResult], kind: str | None = None) -> None:
+    """Write the results atomically as `kind` ("csv", "jsonl" or "md"; None: from the file's suffix, else CSV)."""
+    kind = kind or Path(path).suffix.lower().lstrip(".")
+    write_atomic(path, WRITERS.get(kind, results_csv)(results))
+
+
+def _finite(v: Any) -> Any:
+    return None if isinstance(v, float) and not math.isfinite(v) else v

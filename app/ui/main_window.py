@@ -185,15 +185,17 @@ class MainWindow(QMainWindow):
         self.run_menu.addAction(self.code_action)
 
     def _build_run_tools(self) -> None:
-        """Run → Sample ×N…, Sweep…, Side by side…, Beam search…, Speculative decoding…, Compare quantization…
-        (app/ui/tools.py: each view made at its first use). A sweep's cell opens its samples in the samples view."""
-        def wire_sweep(view: Any) -> None:
-            view.samples_requested.connect(lambda request: self.tools["samples"].open().show_request(request))
-            view.failed.connect(self.banner.show_message)
+        """Run → Sample ×N…, Sweep…, Side by side…, Prompt set…, Beam search…, Speculative decoding…, Compare
+        quantization… (app/ui/tools.py: each made at its first use). A view's `failed` line goes to the banner; a
+        sweep's cell opens its samples in the samples view."""
+        def opened(view: Any) -> None:
+            if hasattr(view, "failed"):
+                view.failed.connect(self.banner.show_message)
+            if hasattr(view, "samples_requested"):
+                view.samples_requested.connect(lambda request: self.tools["samples"].open().show_request(request))
 
         self.run_menu.addSeparator()
-        self.tools = {t.name: ToolAction(t, self, self.playground, wire_sweep if t.name == "sweep" else None)
-                      for t in TOOLS}
+        self.tools = {t.name: ToolAction(t, self, self.playground, opened) for t in TOOLS}
         self.run_menu.addActions(list(self.tools.values()))
 
     def _build_sessions(self) -> None:

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QBrush, QColor
+from PySide6.QtGui import QBrush, QColor, QResizeEvent
 from PySide6.QtWidgets import (
     QComboBox,
+    QGridLayout,
     QHBoxLayout,
     QHeaderView,
     QLabel,
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 
 EMPTY = "Set each column's settings, then Run side by side: the prompt, one run per column, aligned by step"
 MARK = QColor(DIVERGED.red(), DIVERGED.green(), DIVERGED.blue(), 70)  # the first divergence's row
+FORM_GAP = 8  # px between two forms
 DISTRIBUTIONS = {"sampled from": "final", "model (raw)": "raw"}
 
 
@@ -65,6 +67,7 @@ class SideBySideView(QWidget):
         self.step: int | None = None  # the step cursor (None: the first divergence, else the latest step)
         self._running = False
         self._filled: list[int] = []  # steps shown per column: appending only what is new
+        self._placed = (0, 0)  # (forms shown, forms per row)
         self.count = QSpinBox(minimum=MIN_COLUMNS, maximum=MAX_COLUMNS, value=2, suffix=" columns")
         self.forms = [ColumnForm(NAMES[c], COLUMN_COLORS[c]) for c in range(MAX_COLUMNS)]
         self.reset_button = QPushButton("Reset to the panel", toolTip="Every column back to the sampler panel's "
@@ -90,9 +93,7 @@ class SideBySideView(QWidget):
                   self.distribution):
             top.addWidget(w)
         top.addStretch(1)
-        forms = QHBoxLayout()
-        for f in self.forms:
-            forms.addWidget(f, 1)
+        self.form_grid = QGridLayout()
         self.table.verticalHeader().setDefaultSectionSize(22)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
         split = QSplitter(Qt.Orientation.Horizontal, childrenCollapsible=False)
@@ -101,7 +102,7 @@ class SideBySideView(QWidget):
         split.setSizes([420, 480])
         box = QVBoxLayout(self)
         box.addLayout(top)
-        box.addLayout(forms)
+        box.addLayout(self.form_grid)
         box.addWidget(self.status)
         box.addWidget(split, 1)
         self.resize(900, 600)
@@ -118,6 +119,7 @@ class SideBySideView(QWidget):
         self.pg.session_changed.connect(self._sync)
         self.pg.busy_changed.connect(lambda busy: None if busy or not self._running else self._start_next())
         self.pg.session_replaced.connect(self._forget)
+        self.pg.failed.connect(lambda _message: self._set_running(False))  # a model that fails fails every column
 
     # verbs ------------------------------------------------------------------------------------------------
     def reset_forms(self) -> None:
@@ -201,9 +203,28 @@ class SideBySideView(QWidget):
         self.status.setText(EMPTY)
         self.chart.show_overlay(None, self.count.value())
 
-    def _set_count(self, n: int) -> None:
+    def _place_forms(self) -> None:
+        """The shown forms in one row, or two rows where one would not fit the window's width."""
+        n = self.count.value()
+        need = sum(f.minimumSizeHint().width() + FORM_GAP for f in self.forms[:n])
+        per_row = n if need <= self.width() else (n + 1) // 2
+        if (n, per_row) == self._placed:
+            return
+        self._placed = (n, per_row)
         for c, f in enumerate(self.forms):
+            self.form_grid.removeWidget(f)
             f.setVisible(c < n)
+            if c < n:
+                self.form_grid.addWidget(f, c // per_row, c % per_row)
+        for c in range(MAX_COLUMNS):
+            self.form_grid.setColumnStretch(c, 1 if c < per_row else 0)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        self._place_forms()
+
+    def _set_count(self, n: int) -> None:
+        self._place_forms()
         if not self.columns:
             self.table.setColumnCount(n)
             self.table.setHorizontalHeaderLabels(list(NAMES[:n]))

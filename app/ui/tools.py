@@ -1,6 +1,6 @@
 """The Run menu's tools: the windows and docks of the views beside the playground (samples, sweep, side by side,
-beam search, speculative decoding, quantization diff), each made when first opened, so that pyqtgraph and their
-core modules are not imported before the window's first paint.
+prompt sets, beam search, speculative decoding, quantization diff), each made when first opened, so that
+pyqtgraph and their core modules are not imported before the window's first paint.
 
 A `Tool` names its view's class by module and name; `ToolAction` is its menu entry and holds the view once
 opened (`view`, None before). Every view is built as `View(playground, window)`.
@@ -37,6 +37,8 @@ TOOLS = (
     Tool("sweep", "S&weep…", "N samples under each cell of a grid of two settings", "app.ui.sweep_view:SweepView"),
     Tool("side", "Si&de by side…", "Run the prompt under 2 to 4 settings and compare them step by step",
          "app.ui.side_by_side:SideBySideView"),
+    Tool("prompt_set", "Pro&mpt set…", "Run a table of prompts under the window's settings; export the results",
+         "app.ui.prompt_set_view:PromptSetView"),
     Tool("beam", "&Beam search…", "Run a beam search on the prompt and watch its tree grow",
          "app.ui.beam_view:BeamView", "Ctrl+Shift+B", size=(1100, 640)),
     Tool("speculative", "Spec&ulative decoding…", "A small draft model proposes, the window's model verifies",

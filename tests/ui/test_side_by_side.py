@@ -48,9 +48,13 @@ def test_two_temperatures_stream_as_runs_and_their_divergence_is_marked(qtbot, w
     window.playground.run_started.connect(
         lambda r: seen_when_b_started.append(view._filled[0]) if len(view.columns) > 1
         and r is view.columns[1].request else None)
+    streaming: list[tuple[bool, int]] = []  # (B still running, B's rows shown) each time steps arrive
+    window.playground.steps_appended.connect(
+        lambda _s: streaming.append((view.runs()[1].running, view._filled[1])) if view.runs()[1:2] != [None] else None)
     ran(qtbot, window, view)
     a, b = view.runs()
     assert seen_when_b_started == [len(a.steps)]  # column A was in the table before B began streaming
+    assert any(running and rows > 0 for running, rows in streaming)  # B's rows came in while it ran
     assert a.trace.settings.temperature == 0.0 and b.trace.settings.temperature == 1.8
     assert a.trace.seed == b.trace.seed == window.editing.settings.seed
     assert window.playground.session.get(a.id) is a and a.name.startswith("A: T 0")  # runs of the session
@@ -113,3 +117,15 @@ def test_a_column_s_stage_order_runs_and_a_second_start_is_refused(qtbot, window
     a, b = view.runs()
     assert (a.trace.settings.order, a.trace.settings.chain) == parse_order("mlx-lm")
     assert b.trace.settings.chain == window.editing.settings.chain  # B: as the panel
+
+
+def test_the_columns_are_saved_and_reopened_as_runs_of_the_session(qtbot, window, tmp_path):
+    view = opened(window, max_tokens=5)
+    view.forms[1].boxes["temperature"].setValue(1.4)
+    ran(qtbot, window, view)
+    a, b = view.runs()
+    assert window.sessions.save_as(tmp_path / "s.jsonl")
+    assert window.sessions.open(tmp_path / "s.jsonl")
+    assert view.columns == [] and view.table.rowCount() == 0  # another session: the columns are forgotten
+    back = {r.name: r.trace for r in window.playground.session.runs.values()}
+    assert back[a.name].token_ids == a.trace.token_ids and back[b.name].settings.temperature == 1.4
