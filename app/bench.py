@@ -37,14 +37,14 @@ from app.arguments import (
 from app.bench_samples import line as samples_line
 from app.bench_samples import samples_vs_one
 from app.bench_table import OURS, graph_report, print_table
-from app.core.events import Finished, Request
+from app.core.events import Compiling, Finished, Request
 from app.core.generation import Prefix, generate
 from app.core.metrics import Metrics
 from app.core.models import resolve
 from app.core.settings import FIELD_BY_NAME, SamplerSettings, SettingsError
 from app.remote_cli import bench_main as bench_remote
 from backends import ModelLoadError, get_backend
-from backends.base import LoadOptions
+from backends.base import CompileNote, LoadOptions, watch_compiles
 from backends.baselines import (
     BASELINE_NAMES,
     baseline,
@@ -178,12 +178,12 @@ def bench(model: Any, plain: Any, backend: str, prompt_tokens: int, tokens: int,
                            "baseline": BASELINE_NAMES[backend], "modes": list(modes), "settings": {},
                            "first_run_s": first}
     subject = {m: model if m in OURS else plain for m in modes}
+    watch_compiles(model, say_compiling)  # it may take minutes: stderr says so as it starts, and how long it took
     for name, s in SETTINGS.items():
         for mode in modes:  # warm-up, not counted (the static baseline's at full length: it compiles for it)
             phase(mode)
-            says = compiled and mode in OURS and not any(m in OURS for m in first)
             warm = first_run(mode, backend, subject[mode], ids, tokens if mode == "baseline-static" else
-                             min(tokens, 16), s, says)
+                             min(tokens, 16), s)
             first.setdefault(mode, warm)
         runs: dict[str, list[dict]] = {m: [] for m in modes}
         for r in range(repeat):
@@ -204,12 +204,13 @@ def bench(model: Any, plain: Any, backend: str, prompt_tokens: int, tokens: int,
     return out
 
 
-def first_run(mode: str, backend: str, model: Any, ids: tuple[int, ...], n: int, s: SamplerSettings,
-              compiles: bool) -> float:
-    """A warm-up run and its seconds; where it compiles our step, stderr says so first (it may take minutes)."""
-    if compiles:
-        print("compiling the decode step (--compile: a minute or more on a CPU the first time)…", file=sys.stderr,
-              flush=True)
+def say_compiling(note: CompileNote) -> None:
+    """Our decode step compiling, or done, on stderr in the window's words."""
+    print(Compiling(0, note.rows, note.seconds).message, file=sys.stderr, flush=True)
+
+
+def first_run(mode: str, backend: str, model: Any, ids: tuple[int, ...], n: int, s: SamplerSettings) -> float:
+    """A warm-up run and its seconds (where it compiles our step, `say_compiling` says so)."""
     t = time.perf_counter()
     run_mode(mode, backend, model, ids, n, s, 0)
     return time.perf_counter() - t

@@ -5,8 +5,8 @@ samples before it have ended. One sample streams as text token by token; several
 once it is complete; JSON Lines give a line per step (with its `sequence`), then the sample's summary. Ctrl+C
 cancels the run (it still ends with its summary); a `Failed` event, or a sample that ends in error (its tokens
 kept, its trace saved), exits 1 with its one line. An unexpected error's traceback is printed only when the
-environment variable LOGITLAB_DEBUG is set; its one line says so. With --compile, a line says when the first
-steps are compiling, and one how long they took.
+environment variable LOGITLAB_DEBUG is set; its one line says so. With --compile, a line says when the decode
+step starts compiling, and one how long it took (the model thread's `Compiling` events: the window's words).
 """
 
 from __future__ import annotations
@@ -15,19 +15,16 @@ import logging
 import os
 import queue
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from app.arguments import DEBUG_ENV, to_json
-from app.core.events import Event, Failed, Finished, Loaded, Loading, Prefilled, Request, Step
+from app.core.events import Compiling, Event, Failed, Finished, Loaded, Loading, Prefilled, Request, Step
 from app.core.logit_bias import BiasEntry, resolve
 from app.core.model_thread import ModelThread
 from app.core.settings import SettingsError
-
-SLOW_STEP_S = 1.0  # with --compile, first steps this slow are compiling: say so
 
 
 def summary(ev: Finished, text: str) -> dict[str, Any]:
@@ -101,36 +98,30 @@ def _write(text: str, err: bool = False) -> None:
 
 
 class FirstDecode:
-    """With --compile (torch, one sample) the first steps compile (the decode step; the prefill too for a prompt of
-    one token): once they take a while, a line says so and the output waits (so that the lines do not cut into
-    the text); when the first decode step is done, a line says how long it all took."""
+    """With --compile (torch, one sample) the output waits until the first decode step is done (so that the
+    compile's lines, from the model thread's `Compiling` events, do not cut into the text)."""
 
     def __init__(self, out: InOrder) -> None:
         self.out = out
-        self.since: float | None = None
-        self.said = False
+        self.armed = False
 
     def arm(self) -> None:
-        self.since = time.perf_counter()
+        self.armed = True
         self.out.pause()
 
     def step(self, step: int) -> None:
         if step >= 1:
             self.done()
 
-    def tick(self) -> None:
-        if self.since is not None and not self.said and time.perf_counter() - self.since >= SLOW_STEP_S:
-            print("compiling the decode step (--compile: a minute or more on a CPU the first time)…",
-                  file=sys.stderr)
-            self.said = True
+    def compiling(self, ev: Compiling) -> None:
+        print(ev.message, file=sys.stderr, flush=True)
+        if ev.seconds is not None:
+            self.done()
 
     def done(self) -> None:
-        if self.since is None:
-            return
-        if self.said:
-            print(f"compiled: the first steps took {time.perf_counter() - self.since:.1f} s", file=sys.stderr)
-        self.since = None
-        self.out.resume()
+        if self.armed:
+            self.armed = False
+            self.out.resume()
 
 
 class Unexpected(logging.Handler):
@@ -207,7 +198,6 @@ def _stream(worker: ModelThread, request: Request, json_out: bool, trace_path: s
     pending = list(held)  # a load's events that came before the request was submitted
     try:
         while left:
-            first_decode.tick()
             try:
                 ev = pending.pop(0) if pending else worker.events.get(timeout=0.1)
             except queue.Empty:  # keep waiting, with a timeout so that Ctrl+C gets through
@@ -226,6 +216,8 @@ def _stream(worker: ModelThread, request: Request, json_out: bool, trace_path: s
                 stage = "generating"
                 if request.model.options.compile_len is not None and ev.info.backend == "torch" and request.n == 1:
                     first_decode.arm()
+            elif isinstance(ev, Compiling):
+                first_decode.compiling(ev)
             elif isinstance(ev, Prefilled):
                 seeds = f"seeds {ev.seed}..{ev.seed + request.n - 1}" if request.n > 1 else f"seed {ev.seed}"
                 reused = f", {ev.reused} prompt tokens reused" if ev.reused else ""

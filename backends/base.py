@@ -10,7 +10,7 @@ is the core's job; this package never imports `app`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -71,6 +71,24 @@ class ModelInfo:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class CompileNote:
+    """A model compiling its decode step for `rows` rows: `seconds` is None as it starts, then how long it took."""
+
+    rows: int
+    seconds: float | None = None
+
+
+CompileHook = Callable[[CompileNote], None]  # told of each compile, on the model's thread (a model's `on_compile`)
+
+
+def watch_compiles(model: Any, hook: CompileHook | None) -> bool:
+    """Have `hook` told of `model`'s decode-step compiles (None: nobody); False where it compiles none (a model
+    loaded without `compile_len`, a framework that does not compile: no `watch_compiles` method)."""
+    watch = getattr(model, "watch_compiles", None)
+    return bool(watch is not None and watch(hook))
 
 
 class StreamDecoder(Protocol):

@@ -19,6 +19,7 @@ import torch
 
 from backends.base import (
     LOCAL,
+    CompileHook,
     LoadOptions,
     ModelInfo,
     ModelLoadError,
@@ -221,6 +222,13 @@ class TorchModel:
             self.fast.reorder(cache, idx)
         else:
             cache.reorder_cache(idx)
+
+    def watch_compiles(self, hook: CompileHook | None) -> bool:
+        """Have `hook` told of the compiled decode step's compiles (None: nobody); False where none compiles."""
+        steps = self.fast.compiled if self.fast is not None else None
+        if steps is not None:
+            steps.on_compile = hook
+        return steps is not None
 
     def cache_bytes(self, cache: Any) -> int:
         if self.fast is not None:

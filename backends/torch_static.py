@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import warnings
 import weakref
 from collections.abc import Callable
@@ -20,7 +21,11 @@ from typing import Any, Protocol
 
 import torch
 
+from backends.base import CompileHook, CompileNote
+
 BATCH_SIZES = (1, 2, 4, 8)  # each compiled (and on CUDA captured) once, on first use
+CPU_SIZES = (1,)  # on a CPU (see `CompiledSteps`)
+CPU_MODE = "max-autotune"  # on a CPU: its weights frozen into constants get prepacked GEMMs
 RECOMPILE_LIMIT = 64
 USER_CACHE_DIR = os.environ.get("TORCHINDUCTOR_CACHE_DIR")  # read before torch's inductor sets its default there
 
@@ -90,13 +95,14 @@ class CompiledSteps:
     def __init__(self, model: Decoder, layers: int, kv_shape: tuple[int, int, int], dtype: torch.dtype,
                  device: torch.device) -> None:
         self.model, self.layers, self.kv_shape, self.dtype, self.device = model, layers, kv_shape, dtype, device
-        self.mode = "reduce-overhead" if device.type == "cuda" else "max-autotune"
+        self.mode = "reduce-overhead" if device.type == "cuda" else CPU_MODE
         # on a CPU a batch's step compiled with max-autotune measured no faster than eager (0.1B, 8 rows: 44 vs
         # 58 tok/s, a loaded VM) and costs a minute's compile per size: only one row is compiled there
-        self.sizes = BATCH_SIZES if device.type == "cuda" else (1,)
+        self.sizes = BATCH_SIZES if device.type == "cuda" else CPU_SIZES
         self.steps: dict[int, StaticStep] = {}
         self.calls: dict[int, Callable[..., torch.Tensor]] = {}
         self.positions = torch.arange(kv_shape[1], device=device)  # pos p is a view: no host-to-device copy
+        self.on_compile: CompileHook | None = None  # told before and after each batch size's first (compiling) call
         configure_inductor(freeze=device.type == "cpu")
 
     def step(self, rows: int) -> StaticStep:
@@ -111,10 +117,20 @@ class CompiledSteps:
         step.bind(cache)
         if rows not in self.calls:
             self.calls[rows] = torch.compile(step, mode=self.mode, fullgraph=True, dynamic=False)
-            with warnings.catch_warnings():  # compiling, torch warns about its own internals (TypedStorage, jit):
-                warnings.simplefilter("ignore")  # nothing a user can act on, printed over their output
-                return self._call(rows, ids, pos)
+            return self._first_call(rows, ids, pos)
         return self._call(rows, ids, pos)
+
+    def _first_call(self, rows: int, ids: torch.Tensor, pos: int) -> torch.Tensor:
+        """The call that compiles, `on_compile` told as it starts and when it is done (with its seconds)."""
+        if self.on_compile is not None:
+            self.on_compile(CompileNote(rows))
+        t = time.perf_counter()
+        with warnings.catch_warnings():  # compiling, torch warns about its own internals (TypedStorage, jit):
+            warnings.simplefilter("ignore")  # nothing a user can act on, printed over their output
+            out = self._call(rows, ids, pos)
+        if self.on_compile is not None:
+            self.on_compile(CompileNote(rows, time.perf_counter() - t))
+        return out
 
     def _call(self, rows: int, ids: torch.Tensor, pos: int) -> torch.Tensor:
         if self.device.type == "cuda":  # a new replay: the last one's outputs may be overwritten (we cloned them)

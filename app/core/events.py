@@ -76,6 +76,23 @@ class Loaded:
 
 
 @dataclass(frozen=True)
+class Compiling:
+    """The model compiles its decode step for `rows` rows (torch with --compile, once per batch size): `seconds`
+    is None as it starts, then how long it took. `message` is what the window, the CLI and the bench say."""
+
+    request_id: int
+    rows: int
+    seconds: float | None = None
+
+    @property
+    def message(self) -> str:
+        rows = "" if self.rows == 1 else f" for {self.rows} rows"
+        if self.seconds is None:
+            return f"Compiling the decode step{rows} (first run only)…"
+        return f"Compiled the decode step{rows} in {self.seconds:.0f} s"
+
+
+@dataclass(frozen=True)
 class Prefilled:
     request_id: int
     prompt_ids: tuple[int, ...]
@@ -151,4 +168,4 @@ class Speculated:
     run_id: int = 0
 
 
-Event = Loading | Loaded | Prefilled | Step | Finished | Scored | Failed | Drafted | Speculated
+Event = Loading | Loaded | Compiling | Prefilled | Step | Finished | Scored | Failed | Drafted | Speculated

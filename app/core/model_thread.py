@@ -19,7 +19,7 @@ from typing import Literal
 
 from app.core.beam_run import BeamRequest, run_beam
 from app.core.catalog import check_fits
-from app.core.events import Event, Failed, Finished, Loaded, Loading, Request, Scored
+from app.core.events import Compiling, Event, Failed, Finished, Loaded, Loading, Request, Scored
 from app.core.generation import Prefix, PromptError, build_prompt, generate
 from app.core.metrics import Metrics
 from app.core.models import Cancelled, ModelSpec, resolve
@@ -30,7 +30,7 @@ from app.core.settings import SettingsError
 from app.core.speculative_run import run_speculative
 from app.core.surprisal import score
 from backends import LoadedModel, Model, ModelLoadError, connects, get_backend
-from backends.base import Tokenizer
+from backends.base import CompileNote, Tokenizer, watch_compiles
 
 log = logging.getLogger(__name__)
 USER_ERRORS = (ModelLoadError, PromptError, NoValidTokenError, SettingsError)
@@ -124,6 +124,7 @@ class ModelThread:
 
     def _serve(self, job: _Job) -> None:
         model, loaded_now = self._ensure(job)
+        self._watch_compiles(model, job.request.id)
         if job.kind == "load":
             if not loaded_now:  # already loaded: say so anyway
                 self.events.put(Loaded(job.request.id, model.info, 0.0, _shared_tokenizer(model)))
@@ -145,6 +146,14 @@ class ModelThread:
         else:
             for event in generate(model, job.request, job.cancel, self._prefix):
                 self.events.put(event)
+
+    def _watch_compiles(self, model: Model, rid: int) -> None:
+        """A decode step compiling during this job (torch with --compile) is said on `events` as `Compiling`."""
+
+        def say(note: CompileNote) -> None:
+            self.events.put(Compiling(rid, note.rows, note.seconds))
+
+        watch_compiles(model, say)
 
     def _ensure(self, job: _Job) -> tuple[Model, bool]:
         """The model the job asks for, and whether it was opened just now."""

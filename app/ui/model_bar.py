@@ -35,7 +35,12 @@ from backends.base import LoadOptions
 from backends.threads import MAX_THREADS
 
 if TYPE_CHECKING:
+    from app.core.events import Compiling
     from app.ui.playground import Playground
+
+COMPILE_COST = ("--compile (torch): a static KV cache and a torch.compile'd decode step, faster per token; its "
+                "first run compiles, tens of seconds (a minute or more on a CPU; torch's caches make a second start "
+                "quicker). Start without --compile to decode eagerly: no wait.")
 
 
 class ElidedLabel(QLabel):
@@ -135,6 +140,7 @@ class ModelBar(QWidget):
         """Load progress and the loaded model from the view-model; Load is off while it is busy."""
         pg.loading.connect(self.show_progress)
         pg.loaded.connect(lambda info: self.show_status(f"{info.name} · {info.backend} · {info.device}"))
+        pg.compiling.connect(self.show_compiling)
         pg.failed.connect(lambda _message: self.show_status(""))
         pg.opt_in_needed.connect(lambda _message, _opt_in: self.show_status(""))
         pg.busy_changed.connect(lambda busy: self.load_button.setEnabled(not busy))
@@ -292,6 +298,12 @@ class ModelBar(QWidget):
         self.progress.setRange(0, 1000)
         self.progress.setValue(int(1000 * done / total))
         self.progress.setFormat(f"{done / 2**20:.0f} / {total / 2**20:.0f} MiB")
+
+    def show_compiling(self, ev: Compiling) -> None:
+        """The decode step compiling (the first token waits for it), then how long it took, after the model's line."""
+        model = self.status.text().split(" · Compil")[0]
+        self.show_status(f"{model} · {ev.message}")
+        self.status.setToolTip(f"{self.status.text()}\n\n{COMPILE_COST}")
 
     def show_status(self, text: str) -> None:
         self._download_start = None

@@ -42,6 +42,8 @@ class MetricsStrip(QWidget):
             self.values[key] = label
             row.addWidget(label)
             row.addSpacing(12)
+        self.note = QLabel(objectName="metric_note")  # what the run waits for: a compile (--compile), then its time
+        row.addWidget(self.note)
         row.addStretch(1)
         # the figures are cut at the window's edge rather than widening a small window
         self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
@@ -60,11 +62,13 @@ class MetricsStrip(QWidget):
                                                              ev.reused))
         playground.step_shown.connect(lambda *_: playground.streaming and self.live(*playground.live_stats()))
         playground.finished.connect(lambda ev: self.final(ev.metrics))
+        playground.compiling.connect(lambda ev: self.note.setText(ev.message))
 
     def begin(self, request: object) -> None:
         """A run starts: no figure of the last one stays shown; a branch's steps taken over count as prompt."""
         self._inherited = len(getattr(request, "inherited", ()))  # a branch's steps taken over: prefilled context
         self.clear()
+        self.note.clear()
 
     def clear(self) -> None:
         for key, name, _ in self.FIELDS:

@@ -18,7 +18,19 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 
-from app.core.events import Drafted, Failed, Finished, Loaded, Loading, Prefilled, Request, Scored, Speculated, Step
+from app.core.events import (
+    Compiling,
+    Drafted,
+    Failed,
+    Finished,
+    Loaded,
+    Loading,
+    Prefilled,
+    Request,
+    Scored,
+    Speculated,
+    Step,
+)
 from app.core.metrics import Metrics, decode_rate
 from app.core.models import ModelSpec
 from app.core.session import Run, Session
@@ -40,6 +52,7 @@ MAX_EVENTS_PER_FRAME = 5000
 class Playground(QObject):
     loading = Signal(str, int, int)  # message, bytes done, bytes total
     loaded = Signal(object)  # ModelInfo
+    compiling = Signal(object)  # Compiling: the decode step compiles (--compile), then how long it took
     run_started = Signal(object)  # Request
     prefilled = Signal(object)  # Prefilled
     steps_appended = Signal(list)  # list[Step], once per frame at most
@@ -322,6 +335,8 @@ class Playground(QObject):
             self.loaded.emit(ev.info)
             if self._load_only and self._current(ev.request_id):
                 self._set_busy(False)
+        elif isinstance(ev, Compiling):
+            self.compiling.emit(ev)
         elif isinstance(ev, Prefilled):
             for run in self.session.of_request(ev.request_id):
                 run.prefilled = ev
