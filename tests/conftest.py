@@ -31,12 +31,14 @@ settings.load_profile("logitlab")
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """A test parametrized by a local backend skips where that backend is not installed (`.[torch]` or `.[mlx]`
-    alone gives a green suite with the other backend's tests skipped)."""
+    """A test parametrized by a local backend, or marked `needs("torch")`, skips where that backend is not installed
+    (`.[torch]` or `.[mlx]` alone gives a green suite with the other backend's tests skipped)."""
     callspec = getattr(item, "callspec", None)
-    name = callspec.params.get("backend") if callspec else None
-    if name in ("torch", "mlx") and not installed(name):
-        pytest.skip(f"{name} backend not installed")
+    names = {callspec.params.get("backend")} if callspec else set()
+    names |= {name for mark in item.iter_markers("needs") for name in mark.args}
+    for name in sorted(n for n in names if n in ("torch", "mlx")):
+        if not installed(name):
+            pytest.skip(f"{name} backend not installed")
 
 
 @pytest.fixture(scope="session")

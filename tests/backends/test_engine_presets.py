@@ -19,6 +19,7 @@ UNIFORMS = NUMPY.f32([0.5, 0.5])
 
 @pytest.fixture(scope="module")
 def hf_model():
+    pytest.importorskip("torch")  # transformers' model classes need it (an MLX-only install has transformers alone)
     transformers = pytest.importorskip("transformers")
     return transformers.AutoModelForCausalLM.from_pretrained(BUILTIN_PATH, dtype="float32").eval()
 

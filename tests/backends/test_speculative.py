@@ -202,6 +202,7 @@ def test_stop_ends_the_run_after_the_round_in_progress(pair):
     assert fin.reason == "cancelled" and fin.trace.token_ids == tokens_of(events) and len(tokens_of(events)) == rnd.kept
 
 
+@pytest.mark.needs("torch")
 def test_the_model_thread_loads_the_draft_beside_the_target_and_refuses_a_mismatch(tiny_path, draft_path):
     worker = ModelThread()
     try:

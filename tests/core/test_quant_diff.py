@@ -130,6 +130,7 @@ def test_a_variant_with_another_tokenizer_is_refused_in_one_line(torch_f32, tiny
         diff_of(torch_f32, ModelSpec(str(tiny_path), "torch", F32))
 
 
+@pytest.mark.needs("torch")
 def test_the_thread_reports_a_refusal_to_the_diffs_own_queue(tiny_path: Path):
     worker, out = ModelThread(), queue.Queue()
     try:

@@ -15,6 +15,8 @@ from backends import get_backend
 from backends.base import LoadOptions
 from tests.e2e.test_cli import logitlab
 
+pytestmark = pytest.mark.needs("torch")  # these runs ask for the torch backend by name
+
 TEXT = "def main(argv):\n    return 0\n"
 ROW_KEYS = ["position", "token_id", "text", "kl", "logprob_a", "logprob_b", "top_a", "top_b", "top_a_text",
             "top_b_text", "agree"]

@@ -16,6 +16,8 @@ from backends.base import LoadOptions
 from backends.hf_tokenizer import load_tokenizer
 from tests.e2e.test_cli import logitlab, one_error_line, run_main
 
+pytestmark = pytest.mark.needs("torch")  # these runs ask for the torch backend by name
+
 RUN = ("generate", "--backend", "torch", "--prompt", "def add(a, b):", "--seed", "5", "--top-n", "20")
 
 

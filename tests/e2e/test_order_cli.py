@@ -11,6 +11,7 @@ import pytest
 from tests.e2e.test_cli import logitlab, one_error_line, run_main
 
 
+@pytest.mark.needs("torch")
 def test_the_json_records_each_stage_in_the_order_asked_for(tiny_path: Path):
     r = logitlab("generate", "--model", str(tiny_path), "--backend", "torch", "--prompt", "Hello", "--max-tokens", "3",
                  "--seed", "3", "--json", "--order", "mlx-lm", "--top-k", "20", "--top-p", "0.9", "--typical-p",

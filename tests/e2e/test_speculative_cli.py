@@ -5,8 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from app.core.trace import RunTrace
 from tests.e2e.test_cli import logitlab
+
+pytestmark = pytest.mark.needs("torch")  # these runs ask for the torch backend by name
 
 
 def test_the_built_in_pair_prints_rounds_and_a_summary_and_saves_the_trace(tmp_path: Path):

@@ -13,6 +13,8 @@ from app.core.compare import compare
 from app.core.trace import RunTrace
 from tests.e2e.test_cli import logitlab
 
+pytestmark = pytest.mark.needs("torch")  # these runs ask for the torch backend by name
+
 
 def test_stats_are_the_core_s_on_the_samples_it_drew(tiny_path: Path, tmp_path: Path):
     trace = tmp_path / "s.jsonl"
