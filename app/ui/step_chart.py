@@ -31,6 +31,7 @@ BRUSH = {True: pg.mkBrush(RAW), False: pg.mkBrush(CUT)}  # made once: charts upd
 PEN = {True: pg.mkPen(DRAWN, width=2), False: pg.mkPen(None)}
 TOP_P = STAGES["top_p"].color
 LEFT_AXIS_PX = 55
+LEGEND_SHARE = 0.3  # the most of the chart's height its legend may take; past it, it folds into a tooltip
 
 
 def _label(text: str, limit: int = MAX_LABEL) -> str:
@@ -375,13 +376,13 @@ class StepChart(ThemedPlot):
             for item, name in entries:
                 self.legend.addItem(item, name)
         self._legend = entries
-        self.legend.setVisible(bool(entries))
         self._layout_legend()
 
     def _layout_legend(self) -> None:
         """As many columns as fit the plot's width; the title row above the plot made as tall as the legend."""
         items = self.legend.items
         if not items:
+            self.legend.setVisible(False)
             self.getPlotItem().layout.setRowFixedHeight(0, 4)
             return
         widths = [sample.boundingRect().width() + label.item.boundingRect().width() + 18 for sample, label in items]
@@ -390,4 +391,9 @@ class StepChart(ThemedPlot):
                 if sum(max(widths[j::c]) for j in range(c)) <= room]
         self.legend.setColumnCount(fits[0] if fits else 1)
         self.legend.updateSize()
-        self.getPlotItem().layout.setRowFixedHeight(0, self.legend.boundingRect().height() + 2)
+        # a chart too small for its legend (a 900x600 window with the branch tree open) keeps its bars: the
+        # legend folds into the chart's tooltip instead of taking the plot's height
+        folded = self.legend.boundingRect().height() > LEGEND_SHARE * self.height()
+        self.legend.setVisible(not folded)
+        self.setToolTip("Legend: " + "; ".join(name for _, name in self._legend) if folded else "")
+        self.getPlotItem().layout.setRowFixedHeight(0, 4 if folded else self.legend.boundingRect().height() + 2)

@@ -159,3 +159,20 @@ def test_a_preview_draws_each_line_from_the_record_the_sampler_makes_and_says_wh
     assert "≈ approximate: model (raw)" in panel.strip.text()
     assert format_prob(preview.recorded_mass) in panel.strip.text()
     assert ("temperature" in panel.strip.text().splitlines()[1]) == (order == StageOrder.TEMPERATURE_FIRST)
+
+
+def test_a_chart_too_small_for_its_legend_folds_it_into_its_tooltip(chart, qtbot):
+    """With the branch tree open at 900x600 the chart is ~300 px wide: a one-column legend would take half its
+    height, so it folds into the tooltip (every entry named there) and comes back when there is room."""
+    s = record(FILTERS)
+    chart.resize(300, 260)
+    qtbot.wait(20)
+    chart.show_sample(s, texts_of(s))
+    qtbot.wait(20)
+    names = [name for _, name in chart._legend]
+    assert len(names) >= 4 and not chart.legend.isVisible()
+    assert chart.toolTip() == "Legend: " + "; ".join(names)
+    chart.resize(1400, 260)
+    qtbot.wait(20)
+    assert chart.legend.isVisible() and chart.toolTip() == ""
+    assert chart.legend.boundingRect().height() <= 0.3 * chart.height()
