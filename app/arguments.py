@@ -104,3 +104,27 @@ def _finite(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return [_finite(v) for v in obj]
     return obj
+
+
+def read_prompt(args: argparse.Namespace) -> str:
+    """The text of `--prompt`, `--prompt-file` or standard input; SettingsError (one line) when there is none or it
+    is not UTF-8."""
+    if args.prompt is not None:
+        return args.prompt
+    if args.prompt_file:
+        try:
+            with open(args.prompt_file, "rb") as f:
+                return utf8(f.read(), args.prompt_file)
+        except OSError as e:
+            raise SettingsError(f"cannot read the prompt file: {e.strerror}: {args.prompt_file}") from e
+    if sys.stdin is None or sys.stdin.isatty():
+        raise SettingsError("no prompt: pass --prompt, --prompt-file, or pipe text on standard input")
+    return utf8(sys.stdin.buffer.read(), "standard input")
+
+
+def utf8(data: bytes, where: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SettingsError(f"{where} is not UTF-8 text (byte {e.start}: {data[e.start:e.start + 1]!r}); "
+                            "save it as UTF-8") from e

@@ -22,6 +22,7 @@ from app.arguments import (
     backend_of,
     check_base_url,
     fail,
+    read_prompt,
     thread_count,
 )
 from app.beam_cli import add_beam_args, run_beams
@@ -234,28 +235,6 @@ def window_parser() -> argparse.ArgumentParser:
                    "until you generate")
     add_sampler_args(p)
     return p
-
-
-def read_prompt(args: argparse.Namespace) -> str:
-    if args.prompt is not None:
-        return args.prompt
-    if args.prompt_file:
-        try:
-            with open(args.prompt_file, "rb") as f:
-                return utf8(f.read(), args.prompt_file)
-        except OSError as e:
-            raise SettingsError(f"cannot read the prompt file: {e.strerror}: {args.prompt_file}") from e
-    if sys.stdin is None or sys.stdin.isatty():
-        raise SettingsError("no prompt: pass --prompt, --prompt-file, or pipe text on standard input")
-    return utf8(sys.stdin.buffer.read(), "standard input")
-
-
-def utf8(data: bytes, where: str) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise SettingsError(f"{where} is not UTF-8 text (byte {e.start}: {data[e.start:e.start + 1]!r}); "
-                            "save it as UTF-8") from e
 
 
 def check_trace_path(trace: str | None, prompt_file: str | None) -> None:

@@ -17,10 +17,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
-from app.arguments import Parser, fail, thread_count, to_json
+from app.arguments import Parser, fail, read_prompt, thread_count, to_json
 from app.core.events import Failed
 from app.core.models import ModelSpec
 from app.core.quant_diff import Diffed, DiffProgress, DiffRequest, QuantDiff
+from app.core.settings import SettingsError
 from backends.base import LoadOptions
 
 PROG = "logitlab diff"
@@ -60,31 +61,11 @@ def specs(args: argparse.Namespace) -> tuple[ModelSpec, ModelSpec]:
             ModelSpec(args.model_b or args.model, args.backend_b or ("mlx" if args.quantize_b else args.backend), b))
 
 
-def read_text(args: argparse.Namespace) -> str:
-    """The text to compare on; ValueError (one line) when there is none or it is not UTF-8."""
-    if args.prompt is not None:
-        return args.prompt
-    if args.prompt_file:
-        try:
-            with open(args.prompt_file, "rb") as f:
-                data, where = f.read(), args.prompt_file
-        except OSError as e:
-            raise ValueError(f"cannot read the prompt file: {e.strerror}: {args.prompt_file}") from e
-    elif sys.stdin is None or sys.stdin.isatty():
-        raise ValueError("no text: pass --prompt, --prompt-file, or pipe text on standard input")
-    else:
-        data, where = sys.stdin.buffer.read(), "standard input"
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{where} is not UTF-8 text (byte {e.start}): save it as UTF-8") from e
-
-
 def main(argv: Sequence[str]) -> int:
     args = parser().parse_args(argv)
     try:
-        text = read_text(args)
-    except ValueError as e:
+        text = read_prompt(args)
+    except SettingsError as e:
         return fail(str(e), 2, PROG)
     a, b = specs(args)
     from app.core.model_thread import ModelThread  # (loads the core's heavy modules: not for --help)

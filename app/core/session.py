@@ -55,6 +55,13 @@ class Session:
     def of_request(self, request_id: int) -> list[Run]:
         return [r for r in self.runs.values() if r.request.id == request_id]
 
+    def finished_traces(self, request_id: int) -> list[RunTrace] | None:
+        """The traces of a request's samples in sample order, once every one has ended (None before, or for none)."""
+        runs = self.of_request(request_id)
+        if not runs or any(r.running for r in runs):
+            return None
+        return [r.trace for r in sorted(runs, key=lambda r: r.sequence) if r.trace is not None]
+
     def children(self, run_id: int) -> list[Run]:
         return [r for r in self.runs.values() if r.parent is not None and r.parent[0] == run_id]
 

@@ -258,10 +258,9 @@ class PromptSetView(QWidget):
         job = next((j for j in self.jobs if j.request is not None and j.results is None), None)
         if job is None:
             return
-        runs = self.pg.session.of_request(job.request.id)
-        if not runs or any(r.running for r in runs):
+        traces = self.pg.session.finished_traces(job.request.id)
+        if traces is None:
             return
-        traces = [r.trace for r in sorted(runs, key=lambda r: r.sequence) if r.trace is not None]
         job.results = tuple(PromptResult(job.index, job.prompt, s) for s in compare(traces).samples)
         self._add_rows(job.results)
         self._progress()

@@ -206,13 +206,12 @@ class SamplesView(QWidget):
             self.status.setText(f"sampling {len(runs)} continuations… {done} done, {tokens} tokens so far")
 
     def _refresh(self) -> None:
-        runs = self._runs()
-        if not runs or self.result is not None:
+        if self.request is None or self.result is not None:
             return
-        if any(r.running for r in runs):
+        traces = self.pg.session.finished_traces(self.request.id)
+        if traces is None:
             self._progress()
             return
-        traces = [r.trace for r in sorted(runs, key=lambda r: r.sequence) if r.trace is not None]
         self.result = compare(traces)
         self._draw()
 

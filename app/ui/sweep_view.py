@@ -188,10 +188,9 @@ class SweepView(QWidget):
         cr = next((c for c in self.cells if c.request is not None and c.result is None), None)
         if cr is None:
             return
-        runs = self.pg.session.of_request(cr.request.id)
-        if not runs or any(r.running for r in runs):
+        traces = self.pg.session.finished_traces(cr.request.id)
+        if traces is None:
             return
-        traces = [r.trace for r in sorted(runs, key=lambda r: r.sequence) if r.trace is not None]
         cr.result = compare(traces, self.pattern.text() or None)
         self._draw()
         self._progress()
