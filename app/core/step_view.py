@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.core.record import Sample
-from app.core.sampling import RECORD_K, resample
+from app.core.sampling import RECORD_K
 from app.core.settings import SamplerSettings
 from app.core.trace import RunTrace
 
@@ -75,12 +75,8 @@ def drawn_outside(s: Sample, n: int) -> DrawnOutside | None:
 def make_preview(run: RunTrace, i: int, settings: SamplerSettings) -> Preview:
     """Step i of `run` re-sampled under `settings` from its recorded logits alone (same random number, same
     history), with what of it is approximate. Raises ValueError for a step a server reported."""
-    st = run.steps[i]
-    s = st.sample
-    if s.is_partial or s.u is None:
-        raise ValueError(f"step {i} was reported by a server, not recorded in full: it cannot be re-sampled")
-    got = resample(s.top_ids, s.top_logits, settings, s.u, context_ids=run.prompt_ids,
-                   generated_ids=run.token_ids[:i], top_n=st.top_n)
+    got = run.resample(i, settings, recorded_only=True)
+    s = run.steps[i].sample
     mass = float(np.exp(s.top_logits.astype(np.float64) - s.raw_lse).sum())
     exact_after = {"greedy"} | ({"top_k"} if 0 < settings.top_k <= RECORD_K else set())
     return Preview(got, approximate_rows(got.stage_names, mass, exact_after), min(mass, 1.0))

@@ -46,14 +46,16 @@ class RunTrace:
     def text(self) -> str:
         return "".join(s.text for s in self.steps)
 
-    def resample(self, i: int, settings: SamplerSettings) -> Sample:
-        """Step i as it would have been drawn under `settings` (same random number, same history)."""
+    def resample(self, i: int, settings: SamplerSettings, recorded_only: bool = False) -> Sample:
+        """Step i as it would have been drawn under `settings` (same random number, same history). Its raw row,
+        entropy and lse are the whole vocabulary's from the record, or with `recorded_only` those of the recorded
+        logits alone (every row from one record, as the preview draws it)."""
         st = self.steps[i]
         s = st.sample
         if s.is_partial or s.u is None:
             raise ValueError(f"step {i} was reported by a server, not recorded in full: it cannot be re-sampled")
         return resample(s.top_ids, s.top_logits, settings, s.u, context_ids=self.prompt_ids,
-                        generated_ids=self.token_ids[:i], top_n=st.top_n, recorded=s)
+                        generated_ids=self.token_ids[:i], top_n=st.top_n, recorded=None if recorded_only else s)
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the trace as JSON Lines (a header, one line per step, a footer), atomically: a reader sees the
