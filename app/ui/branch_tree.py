@@ -56,7 +56,9 @@ def _prefix(run: Run, parent: Run | None) -> str:
 def _own_text(run: Run) -> str:
     k = run.parent[1] if run.parent is not None and run.request.branch != EDIT else 0  # an edit's steps: its own
     own = "".join(st.text for st in run.steps[k : k + LABEL_TOKENS])
-    return visible(own).strip() or ("…" if run.running else "(no text)")
+    if not own:  # (`visible` shows an empty text as "∅": a run with no text yet is named in words)
+        return "…" if run.running else "(no text)"
+    return visible(own).strip()
 
 
 class _Tree(QTreeWidget):

@@ -11,7 +11,10 @@ from PySide6.QtGui import QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QApplication, QMenu
 
 from app.core.branches import runner_up, uncertain_steps
-from app.ui.branch_tree import RUN_ID
+from app.core.events import Finished, Request
+from app.core.metrics import Metrics
+from app.core.session import Session
+from app.ui.branch_tree import RUN_ID, node_label
 from app.ui.formatting import INHERITED
 from app.ui.main_window import MainWindow
 
@@ -180,3 +183,12 @@ def test_deleting_the_last_run_leaves_every_view_empty_and_new_does_too(qtbot, w
     first_run(qtbot, window)
     window.sessions.ask = lambda: "discard"
     assert window.sessions.new() and empty()
+
+
+def test_a_run_without_text_yet_is_named_in_words_not_as_an_empty_text():
+    """A run that has drawn nothing shows "…" while it runs and "(no text)" once it ended (not "∅", which is how
+    an empty token's text is shown)."""
+    run = Session().start(Request(prompt="x"))[0]
+    assert node_label(run, None) == "…"
+    run.finished = Finished(run.request.id, "length", Metrics(), None, run.id, 0)
+    assert node_label(run, None) == "(no text)"
