@@ -1,7 +1,8 @@
 """`logitlab generate --stats` and `logitlab sweep`: N samples per prompt and settings, with their statistics.
 
 Both run requests on one `ModelThread` (the model loads once; each request of N samples is one prefill and one
-batched decode, and a sweep's cells after the first reuse the prompt's KV cache) and print JSON Lines on stdout
+batched decode; a sweep's cells of one prompt run together, up to `BATCH_ROWS` samples in one batch from one
+prefill, and the batches after the first reuse the prompt's KV cache) and print JSON Lines on stdout
 (a sweep: CSV with `--format csv`); status goes to stderr. The statistics are `app.core.compare`'s. Bad input
 and a failed run give one line and a non-zero exit. Imported by `app.cli` when these commands run.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import csv
 import queue
 import sys
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +22,8 @@ from app.core.events import Failed, Finished, Loaded, Loading, Request
 from app.core.model_thread import ModelThread
 from app.core.trace import RunTrace
 from app.terminal import loaded_line, trace_paths
+
+BATCH_ROWS = 64  # a sweep's samples decoded in one batch at most (whole cells: a cell of more runs alone)
 
 
 class RunError(RuntimeError):
@@ -35,28 +39,47 @@ class SweepPlan:
     axes: tuple[str, ...]
     pattern: str | None = None
     csv_out: bool = False
+    batch_rows: int = BATCH_ROWS  # samples of several cells decoded together at most (1: one cell at a time)
 
 
 def collect(worker: ModelThread, request: Request) -> list[RunTrace]:
     """Run `request` on `worker`; its samples' traces in sample order. Status lines go to stderr."""
-    worker.submit(request)
-    finished: dict[int, Finished] = {}
-    while len(finished) < request.n:
+    return next(collect_each(worker, [request]))
+
+
+def collect_each(worker: ModelThread, requests: Sequence[Request]) -> Iterator[list[RunTrace]]:
+    """Run `requests` together on `worker` (one job); each one's traces in sample order, in request order, as soon
+    as it and those before it have finished. Status lines go to stderr."""
+    if len(requests) == 1:
+        worker.submit(requests[0])
+    else:
+        worker.submit_together(requests)
+    finished: dict[int, dict[int, RunTrace]] = {r.id: {} for r in requests}
+    told = 0
+    while told < len(requests):
         try:
             ev = worker.events.get(timeout=0.1)
         except queue.Empty:  # a timeout, so that Ctrl+C gets through
             continue
-        if isinstance(ev, Failed):
-            raise RunError(ev.message)
-        if isinstance(ev, Loading) and not ev.total:
-            print(ev.message, file=sys.stderr)
-        elif isinstance(ev, Loaded):
-            print(loaded_line(ev), file=sys.stderr)
-        elif isinstance(ev, Finished) and ev.request_id == request.id:
-            if ev.reason == "error" or ev.trace is None:
-                raise RunError(f"sample {ev.sequence + 1}: {ev.message or ev.reason}")
-            finished[ev.sequence] = ev
-    return [finished[i].trace for i in range(request.n)]  # type: ignore[misc]
+        _take_event(ev, finished)
+        while told < len(requests) and len(finished[requests[told].id]) == requests[told].n:
+            runs = finished[requests[told].id]
+            yield [runs[i] for i in range(requests[told].n)]
+            told += 1
+
+
+def _take_event(ev: object, finished: dict[int, dict[int, RunTrace]]) -> None:
+    """One event of a job: a status line, a sample's trace kept, or a RunError for a failure."""
+    if isinstance(ev, Failed):
+        raise RunError(ev.message)
+    if isinstance(ev, Loading) and not ev.total:
+        print(ev.message, file=sys.stderr)
+    elif isinstance(ev, Loaded):
+        print(loaded_line(ev), file=sys.stderr)
+    elif isinstance(ev, Finished) and ev.request_id in finished:
+        if ev.reason == "error" or ev.trace is None:
+            raise RunError(f"sample {ev.sequence + 1}: {ev.message or ev.reason}")
+        finished[ev.request_id][ev.sequence] = ev.trace
 
 
 def stats_to_terminal(request: Request, pattern: str | None, trace_path: str | None) -> int:
@@ -85,17 +108,26 @@ def _sweep(worker: ModelThread, plan: SweepPlan) -> int:
     writer = csv.writer(sys.stdout, lineterminator="\n") if plan.csv_out else None
     if writer is not None:
         writer.writerow(sweep_header(plan.axes))
-    total = len(plan.prompts) * len(plan.cells)
+    total, done = len(plan.prompts) * len(plan.cells), 0
     for p, template in enumerate(plan.prompts):
-        for c, cell in enumerate(plan.cells):
-            result = compare(collect(worker, cell_request(template, cell)), plan.pattern)
-            print(f"cell {p * len(plan.cells) + c + 1}/{total}: prompt {p + 1}, {_label(cell)}", file=sys.stderr)
-            if writer is not None:
-                writer.writerow(sweep_row(p, cell, result.stats, plan.axes))
-                sys.stdout.flush()
-            else:
-                _out(to_json(cell_line(p, cell, result)) + "\n")
+        for batch in cell_batches(plan.cells, template.n, plan.batch_rows):
+            requests = [cell_request(template, cell) for cell in batch]
+            for cell, traces in zip(batch, collect_each(worker, requests), strict=True):
+                result = compare(traces, plan.pattern)
+                done += 1
+                print(f"cell {done}/{total}: prompt {p + 1}, {_label(cell)}", file=sys.stderr)
+                if writer is not None:
+                    writer.writerow(sweep_row(p, cell, result.stats, plan.axes))
+                    sys.stdout.flush()
+                else:
+                    _out(to_json(cell_line(p, cell, result)) + "\n")
     return 0
+
+
+def cell_batches(cells: Sequence[Cell], n: int, rows: int) -> list[Sequence[Cell]]:
+    """The cells in consecutive batches of at most `rows` samples (`n` per cell; at least one cell a batch)."""
+    per = max(1, rows // n)
+    return [cells[i: i + per] for i in range(0, len(cells), per)]
 
 
 def cell_request(template: Request, cell: Cell) -> Request:

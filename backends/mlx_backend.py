@@ -67,6 +67,9 @@ class MlxOps:
 
         return on_stream
 
+    def vmap(self, fn: Any) -> Any:  # B rows in one step (`backends.ops.vmap`); compiled after, as one graph
+        return mx.vmap(fn)
+
     def start(self, arrays: list[mx.array]) -> None:
         mx.async_eval(*arrays)
 

@@ -7,6 +7,7 @@ torch. Arithmetic and comparison operators are the frameworks' own; only what di
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
@@ -43,6 +44,14 @@ class ArrayOps(Protocol):
     def arange(self, n: int) -> Array: ...
     def zeros(self, n: int) -> Array: ...
     def stack(self, xs: list[Array]) -> Array: ...  # n arrays of one shape -> (n, ...): B drawn (1,) -> (B, 1) tokens
+
+
+def vmap(ops: ArrayOps, fn: Callable[..., tuple[Array, ...]]) -> Callable[..., tuple[Array, ...]] | None:
+    """`fn` (one row's arrays in, a tuple of arrays out) mapped over a leading row axis of every argument and result
+    by the executor's own vmap (its `vmap` method: torch.func.vmap, mx.vmap), one graph for B rows with the code
+    still one row's; None for an executor without one (numpy), whose rows run one by one."""
+    own = getattr(ops, "vmap", None)
+    return None if own is None else own(fn)
 
 
 class NumpyOps:

@@ -66,6 +66,9 @@ class TorchOps:
         # uncompiled unless asked: torch.compile's warm-up (per sampler setting) costs more than a short run saves
         return compile_sampler(fn, self.device) if self.compile_steps else fn
 
+    def vmap(self, fn: Any) -> Any:  # B rows in one step (`backends.ops.vmap`); compiled after, as one graph
+        return torch.func.vmap(fn)
+
     def start(self, arrays: list[torch.Tensor]) -> None:
         self.copies.start(arrays)  # the kernels are already queued; their host copies follow them
 

@@ -12,7 +12,14 @@ times its warm figure (what the decode loop sees; the call count matters more th
 are then the CPU time of this process (MLX's stream threads included), which other processes on a busy
 machine move less than wall time.
 
+`--batch` measures the step of B rows sharing settings (N samples) instead, on the built-in model's real logits
+(V = 4,096; row i the model's logits at position i of a prompt, each row its own penalty history): per step, B
+calls of `start_sample` (the per-row loop `decode` ran) against one `start_samples` (one mapped graph, one read),
+for B = 1, 8, 16, on numpy (the torch backend's CPU executor: no vmap, so both are the loop), torch tensors on the
+CPU, MLX on the CPU, and torch on CUDA where there is one (eager, and compiled as with `--compile`).
+
     python benchmarks/sampler.py [--backend mlx|torch] [--repeat 30] [--cold]
+    python benchmarks/sampler.py --batch [--repeat 30]
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ from functools import partial
 
 import numpy as np
 
+from app.core.batch_sampling import start_samples
+from app.core.pipeline import History
 from app.core.sampling import start_sample
 from app.core.settings import SamplerSettings
 from backends.ops import NUMPY
@@ -101,12 +110,91 @@ def ours_step(ops: object, x: object, s: SamplerSettings, record: bool) -> objec
     return start_sample(ops, x, s, 0.5, record=record).result()
 
 
+BATCHES = (1, 8, 16)
+BATCH_SETTINGS = {"top-p 0.95 min-p": SamplerSettings(temperature=0.8, top_p=0.95, min_p=0.02),
+                  "+ penalties": SamplerSettings(temperature=0.8, top_p=0.95, min_p=0.02, repetition_penalty=1.1)}
+PROMPT = "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n"
+
+
+def builtin_logits(rows: int) -> tuple[np.ndarray, list[int]]:
+    """(rows, V) float32: the built-in model's logits at the prompt's first `rows` positions, and the prompt's ids."""
+    from app.core.models import BUILTIN_PATH
+    from backends import get_backend
+    from backends.base import LoadOptions
+
+    model = get_backend("torch").load(BUILTIN_PATH, LoadOptions(device="cpu", dtype="float32"))
+    ids = model.tokenizer.encode(PROMPT)[:rows]
+    logits = np.asarray(model.forward([ids], model.new_cache(), positions="all"), dtype=np.float32)[0]
+    assert logits.shape[0] == rows, f"the prompt has {logits.shape[0]} tokens, {rows} are needed"
+    return np.ascontiguousarray(logits), ids
+
+
+def batch_executors() -> list[tuple[str, object]]:
+    """(label, executor) for every executor this machine runs."""
+    out: list[tuple[str, object]] = [("numpy (torch on CPU)", NUMPY)]
+    try:
+        import torch
+
+        from backends.torch_backend import TorchOps
+
+        out.append(("torch CPU tensors", TorchOps(torch.device("cpu"))))
+        if torch.cuda.is_available():
+            out.append(("torch CUDA", TorchOps(torch.device("cuda"))))
+            out.append(("torch CUDA compiled", TorchOps(torch.device("cuda"), compile_steps=True)))
+    except ImportError:
+        pass
+    try:
+        from backends.mlx_backend import MlxOps
+
+        out.append(("MLX CPU" if MlxOps().host_record else "MLX GPU", MlxOps()))
+    except ImportError:
+        pass
+    return out
+
+
+def histories(ops: object, s: SamplerSettings, ids: list[int], rows: int) -> list[History | None]:
+    """Row i's history: the prompt's first i + 1 tokens (the rows' penalty counts differ)."""
+    return [History.start(ops, 4096, ids[: i + 1]) for i in range(rows)] if s.needs_history else [None] * rows
+
+
+def batch_step(ops: object, x: object, s: SamplerSettings, us: list[float], hs: list, batched: bool) -> object:
+    """One step of len(us) rows, read back: one mapped step, or one step per row (`decode`'s loop)."""
+    if batched:
+        return start_samples(ops, x, s, us, histories=hs).results()
+    pending = [start_sample(ops, x[i], s, u, history=h) for i, (u, h) in enumerate(zip(us, hs, strict=True))]
+    return [p.result() for p in pending]
+
+
+def batch_main(repeat: int) -> None:
+    logits, ids = builtin_logits(max(BATCHES))
+    print(f"sampler step for B rows sharing settings, the trace recorded, ms per step (median of {repeat}); built-in "
+          f"model's logits, V = {logits.shape[1]:,}; loop = B x start_sample, batched = start_samples")
+    print(f"{'executor':22} {'setting':17} {'B':>3} {'loop':>9} {'batched':>9} {'loop/batched':>12} "
+          f"{'batched/B=1':>11}")
+    us = np.random.default_rng(0).random(max(BATCHES)).tolist()
+    for label, ops in batch_executors():
+        for name, s in BATCH_SETTINGS.items():
+            one = None
+            for b in BATCHES:
+                x = ops.f32(logits[:b])
+                loop = per_call_ms(partial(batch_step, ops, x, s, us[:b], histories(ops, s, ids, b), False), repeat)
+                mapped = per_call_ms(partial(batch_step, ops, x, s, us[:b], histories(ops, s, ids, b), True), repeat)
+                one = mapped if one is None else one
+                print(f"{label:22} {name:17} {b:3} {loop:9.3f} {mapped:9.3f} {loop / mapped:12.2f} "
+                      f"{mapped / one:11.2f}")
+    print("loop/batched above 1: the batched step is faster; batched/B=1: its cost against one row's.")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backend", choices=["mlx", "torch"], default="mlx")
     p.add_argument("--repeat", type=int, default=30)
     p.add_argument("--cold", action="store_true", help="evict the caches before each call (CPU time)")
+    p.add_argument("--batch", action="store_true", help="B rows sharing settings: per-row loop vs batched step")
     args = p.parse_args()
+    if args.batch:
+        batch_main(args.repeat)
+        return
     setup = mlx_setup if args.backend == "mlx" else torch_setup
     base = "mlx_lm logsumexp + make_sampler" if args.backend == "mlx" else "transformers warpers + multinomial"
     kind = "CPU ms per step, caches evicted before each" if args.cold else "ms per step"

@@ -14,7 +14,8 @@ import json
 import math
 import os
 import sys
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import psutil
@@ -100,10 +101,21 @@ def _gguf_memory(path: Path, bytes_per_value: float | None) -> MemoryEstimate:
     return MemoryEstimate(gguf.parameters * 4, gguf.parameters, kv * 1000, psutil.virtual_memory().available)
 
 
-def check_fits(path: Path) -> None:
+def check_fits(path: Path, beside: Sequence[Path] = (), available: int | None = None) -> None:
+    """A ModelLoadError where the model at `path` would not fit in memory beside the models at `beside` (loaded
+    already: their estimates are counted). `available`: the bytes free for models with none of them loaded (None:
+    what the system has free now, plus the weights of `beside`, which it already counts as used)."""
     est = estimate_memory(path)
-    if not est.fits:
-        raise ModelLoadError(f"{path.name}: {est.message()}")
+    others = [estimate_memory(p) for p in beside]
+    free = est.available_bytes + sum(o.weight_bytes for o in others) if available is None else available
+    est = replace(est, available_bytes=max(0, free - sum(o.needed_bytes for o in others)))
+    if est.fits:
+        return
+    if beside:
+        names = ", ".join(p.name for p in beside)
+        raise ModelLoadError(f"{path.name} does not fit beside {names} in memory: {est.message()}, or compare on "
+                             "fewer models at once")
+    raise ModelLoadError(f"{path.name}: {est.message()}")
 
 
 def scan_cache(cache_dir: str | Path | None = None) -> list[ModelEntry]:

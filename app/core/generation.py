@@ -1,8 +1,8 @@
-"""The generation loop, in two layers.
+"""The generation loop, in layers.
 
-`decode` is the token-level generator over a batch: forward, sample, record; no text. Beam search and speculative
-decoding are other loops over the same `forward` / `trim` / `fork` and the same sampler.
-`generate(model, request, cancel, prefix)` wraps it for one request: prompt -> prefill (only what the `Prefix`
+`decoding.decode` is the token-level generator over a batch: forward, sample, record; no text (re-exported here
+with `Row`). `batch` is a request's samples on the text side: tokens to Step events, stop strings, Finished.
+`generate(model, request, cancel, prefix)` runs them for one request: prompt -> prefill (only what the `Prefix`
 cache does not already hold) -> decode of `request.n` samples in one batch -> events, one per token per sample.
 It reads the model's `capabilities`: a model without a local forward pass (a server) samples by itself, and its
 run is `remote_run`'s, with the same events.
@@ -16,24 +16,19 @@ from __future__ import annotations
 import secrets
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, cast
 
-import numpy as np
-
-from app.core.events import Event, Finished, FinishReason, Message, Prefilled, Request, Step
+from app.core.batch import PromptTokens, decode_batches, replay, start_batch
+from app.core.decoding import Row as Row
+from app.core.decoding import decode as decode
+from app.core.decoding import token_of as token_of
+from app.core.events import Event, Finished, Message, Prefilled, Request
 from app.core.metrics import Clock, Metrics
-from app.core.pipeline import History
 from app.core.prefill import chunks as prefill_chunks
-from app.core.record import Sample
 from app.core.remote_run import run_remote
-from app.core.sampling import mu_after, start_sample
 from app.core.settings import MAX_SEED, SamplerSettings
-from app.core.stages import dry_breaker_ids
-from app.core.stops import StopHold
-from app.core.trace import RunTrace, StepTrace
-from backends.base import LoadedModel, Model, StreamDecoder, Tokenizer
-from backends.ops import ArrayOps
+from backends.base import LoadedModel, Model, Tokenizer
 from backends.remote import RemoteModel
 
 
@@ -65,60 +60,6 @@ def build_prompt(tok: Tokenizer, request: Request, context_length: int = 0) -> t
     if context_length and len(ids) >= context_length:
         raise PromptError(f"the prompt is {len(ids)} tokens; this model's context holds {context_length}")
     return ids, text
-
-
-@dataclass
-class Row:
-    """One row of a batch as `decode` sees it: its own seeded draws and penalty counts. The caller sets `done`."""
-
-    rng: np.random.Generator
-    history: History | None = None
-    done: bool = False
-    force: int | None = None  # the token to take at the first step, whatever the draw (a fork)
-
-
-def decode(model: LoadedModel, logits: Any, cache: Any, settings: SamplerSettings, rows: list[Row], *,
-           steps: int, top_n: int = 20, record: bool = True,
-           cancel: threading.Event | None = None) -> Iterator[list[Sample | int | None]]:
-    """Draw up to `steps` tokens for each row; `logits` (B, V) or (1, V) (one prefill shared by every row).
-
-    Yields, per step, one outcome per row (a `Sample`, or a token id when not recording; None for a row already
-    done). Between steps the caller may mark rows done; decoding ends when all are, after `steps`, or on cancel.
-    Where the device runs behind the host, step t+1's forward is queued before step t is read (as mlx-lm).
-    A row's `force` replaces its first draw (the step is recorded as drawn, with the forced token taken).
-    """
-    ops = model.ops
-    for step in range(steps):
-        if (cancel is not None and cancel.is_set()) or all(r.done for r in rows):
-            return
-        pending = [start_sample(ops, logits[min(i, logits.shape[0] - 1)], settings, float(r.rng.random()),
-                                history=r.history, top_n=top_n, record=record) for i, r in enumerate(rows)]
-        forcing = any(r.force is not None for r in rows)
-        ahead = ops.overlap and step + 1 < steps and not forcing
-        if ahead:  # this step's draws and records first, so that reading them waits for them only
-            ops.start([a for p in pending for a in p.outputs])
-            logits = model.forward(ops.stack([p.token for p in pending]), cache)
-            ops.start([logits])
-        outs = [p.result() for p in pending]
-        if forcing:
-            outs = [_forced(ops, r, o) for r, o in zip(rows, outs, strict=True)]
-        yield [None if r.done else o for r, o in zip(rows, outs, strict=True)]
-        if not ahead and step + 1 < steps and not all(r.done for r in rows):
-            logits = model.forward([[token_of(o)] for o in outs], cache)
-
-
-def _forced(ops: ArrayOps, row: Row, out: Sample | int) -> Sample | int:
-    """`out` with the row's forced token taken instead of the drawn one; its penalty counts follow."""
-    if row.force is None:
-        return out
-    token, row.force = row.force, None
-    if row.history is not None:
-        row.history.swap(ops, token_of(out), token)
-    return out.forcing(token) if isinstance(out, Sample) else token
-
-
-def token_of(out: Sample | int) -> int:
-    return out.token if isinstance(out, Sample) else out
 
 
 class Prefix:
@@ -156,19 +97,6 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
-@dataclass
-class _Run:
-    """The text side of one sample: its trace, detokenizer, held-back stop-string text and clock."""
-
-    id: int
-    sequence: int
-    trace: RunTrace
-    decoder: StreamDecoder
-    hold: StopHold
-    clock: Clock
-    drawn: list[int] = field(default_factory=list)
-    reason: FinishReason | None = None
-
 
 def generate(model: Model, request: Request, cancel: threading.Event,
              prefix: Prefix | None = None) -> Iterator[Event]:
@@ -185,24 +113,23 @@ def generate(model: Model, request: Request, cancel: threading.Event,
 
 def _generate(model: LoadedModel, request: Request, cancel: threading.Event, prefix: Prefix) -> Iterator[Event]:
     clock = Clock()
-    ids, text, context = _checked_prompt(model, request)
-    seed = _seed(request.settings)
-    cache, reused = prefix.take(model, context)
-    logits = _prefill(model, cache, context, reused, cancel)
+    prompt = checked_prompt(model, request)
+    seed = run_seed(request.settings)
+    cache, reused = prefix.take(model, prompt.context)
+    logits = prefill(model, cache, prompt.context, reused, cancel)
     if logits is None:  # cancelled between chunks: the cache keeps what was computed
-        prefix.keep(model, cache, context)
-        yield from _cancelled_in_prefill(request, clock.metrics(len(context), 0), reused)
+        prefix.keep(model, cache, prompt.context)
+        yield from cancelled_in_prefill(request, clock.metrics(len(prompt.context), 0), reused)
         return
-    yield Prefilled(request.id, tuple(ids), text, seed, clock.prefilled(), reused)
-    batch = _start_batch(model, request, ids, text, seed, cache, clock, context, int(logits.shape[-1]))
-    yield from _replay(batch)
-    last = _last_step(request.settings.max_tokens, len(ids), model.info.context_length)
-    yield from _decode_all(batch, logits, last - len(request.inherited), cancel)
-    prefix.keep(model, cache, ids + batch.runs[0].drawn if request.n == 1 else context)  # n > 1: the shared cache
-    yield from _finish(batch, last, len(context), reused)
+    yield Prefilled(request.id, tuple(prompt.ids), prompt.text, seed, clock.prefilled(), reused)
+    rows = model.fork(cache, request.n) if request.n > 1 else cache  # n > 1: the prompt's cache stays reusable
+    batch = start_batch(model, request, prompt, seed, rows, clock, int(logits.shape[-1]), reused=reused)
+    yield from replay(batch)
+    yield from decode_batches([batch], logits, cancel)
+    prefix.keep(model, cache, prompt.ids + batch.runs[0].drawn if request.n == 1 else prompt.context)
 
 
-def _checked_prompt(model: LoadedModel, request: Request) -> tuple[list[int], str, list[int]]:
+def checked_prompt(model: LoadedModel, request: Request) -> PromptTokens:
     """The prompt's ids and text, and the context the model sees before the first new step (the prompt and a
     branch's inherited tokens); a PromptError where they do not fit the model's context."""
     ids, text = build_prompt(model.tokenizer, request, model.info.context_length)
@@ -211,15 +138,15 @@ def _checked_prompt(model: LoadedModel, request: Request) -> tuple[list[int], st
     if ctx and len(context) >= ctx:
         raise PromptError(f"the prompt and the branch's first {len(request.inherited)} tokens are {len(context)} "
                           f"tokens; this model's context holds {ctx}")
-    return ids, text, context
+    return PromptTokens(ids, text, context)
 
 
-def _seed(settings: SamplerSettings) -> int:
+def run_seed(settings: SamplerSettings) -> int:
     """The run's seed: the one set, else a new one (reported, so that the run can be repeated)."""
     return settings.seed if settings.seed is not None else secrets.randbelow(MAX_SEED + 1)
 
 
-def _prefill(model: LoadedModel, cache: Any, context: list[int], reused: int, cancel: threading.Event) -> Any:
+def prefill(model: LoadedModel, cache: Any, context: list[int], reused: int, cancel: threading.Event) -> Any:
     """The last position's logits (1, V) once `context` after its first `reused` tokens is in `cache`, in chunks
     sized by time, so that a cancel waits at most ~one chunk; None if cancelled."""
     logits = None
@@ -231,145 +158,6 @@ def _prefill(model: LoadedModel, cache: Any, context: list[int], reused: int, ca
     return logits
 
 
-def _cancelled_in_prefill(request: Request, metrics: Metrics, reused: int) -> Iterator[Finished]:
+def cancelled_in_prefill(request: Request, metrics: Metrics, reused: int) -> Iterator[Finished]:
     for rid in request.run_ids:
         yield Finished(request.id, "cancelled", replace(metrics, reused_tokens=reused), None, rid)
-
-
-def _last_step(max_tokens: int, prompt_len: int, context_length: int) -> int:
-    """How many steps a sample may take: max_tokens, unless the model's context fills up first."""
-    return max(0, min(max_tokens, context_length - prompt_len) if context_length else max_tokens)
-
-
-@dataclass
-class _Batch:
-    """A request's samples as they decode: each one's text side (`_Run`) and draws (`Row`), and their cache."""
-
-    model: LoadedModel
-    request: Request
-    runs: list[_Run]
-    rows: list[Row]
-    cache: Any  # (n, positions): the prompt's cache forked into rows when n > 1
-    eos: frozenset[int]
-    texts: dict[int, str] = field(default_factory=dict)  # token id -> display text, shared by every step
-
-
-def _start_batch(model: LoadedModel, request: Request, ids: list[int], text: str, seed: int, cache: Any,
-                 clock: Clock, context: list[int], vocab: int) -> _Batch:
-    """Sample i draws with seed + i; with n > 1 the prompt's cache is forked, and stays reusable itself."""
-    runs = [_new_run(model, request, ids, text, (seed + i) % (MAX_SEED + 1), rid, i, clock)
-            for i, rid in enumerate(request.run_ids)]
-    batch = model.fork(cache, request.n) if request.n > 1 else cache
-    rows = [_new_row(model, request, run, context, vocab) for run in runs]
-    eos = frozenset() if request.ignore_eos else model.tokenizer.eos_ids
-    return _Batch(model, request, runs, rows, batch, eos)
-
-
-def _replay(b: _Batch) -> Iterator[Step]:
-    """A branch's inherited steps, re-sent as each sample's first steps; one that ended in EOS ends the sample."""
-    inherited = b.request.inherited
-    for run, row in zip(b.runs, b.rows, strict=True):
-        yield from (Step(b.request.id, st.step, st.token_id, st.text, st, 0, run.id, run.sequence) for st in inherited)
-        if inherited and inherited[-1].token_id in b.eos:
-            run.reason, row.done = "eos", True
-
-
-def _decode_all(b: _Batch, logits: Any, steps: int, cancel: threading.Event) -> Iterator[Step]:
-    """Up to `steps` draws per sample; a sample stops at EOS or a stop string, all of them on cancel."""
-    request = b.request
-    for outs in decode(b.model, logits, b.cache, request.settings, b.rows, steps=steps, top_n=request.top_n,
-                       record=request.record, cancel=cancel):
-        for run, row, out in zip(b.runs, b.rows, outs, strict=True):
-            if out is not None:
-                yield from _take(b, run, row, out)
-
-
-def _take(b: _Batch, run: _Run, row: Row, out: Sample | int) -> Iterator[Step]:
-    """One drawn token: its text (held back while it may start a stop string) and the steps now safe to show."""
-    token = token_of(out)
-    run.drawn.append(token)
-    seconds = run.clock.token()
-    done = token in b.eos
-    piece = "" if done else run.decoder.add(token)
-    released, stopped = run.hold.push(piece, (len(run.drawn) - 1, out, seconds), partial=not done and piece == "")
-    yield from _steps(b, run, released)
-    if done or stopped:
-        run.reason, row.done = ("eos" if done else "stop"), True
-
-
-def _finish(b: _Batch, last: int, context_len: int, reused: int) -> Iterator[Step | Finished]:
-    """Each sample's held-back text, then its end: why it stopped, its metrics and its trace."""
-    kv = b.model.cache_bytes(b.cache)
-    ran_out: FinishReason = "context" if last < b.request.settings.max_tokens else "length"
-    for run in b.runs:
-        reason = run.reason or ("cancelled" if len(run.drawn) < last else ran_out)
-        yield from _steps(b, run, run.hold.finish(run.decoder.flush()))
-        metrics = replace(run.clock.metrics(context_len, kv), reused_tokens=reused)
-        run.trace.finish_reason, run.trace.metrics = reason, metrics
-        yield Finished(b.request.id, reason, metrics, run.trace, run.id, run.sequence)
-
-
-def _new_run(model: LoadedModel, request: Request, ids: list[int], text: str, seed: int, run_id: int,
-             sequence: int, clock: Clock) -> _Run:
-    """One sample's text side; a branch's starts with its inherited steps (their tokens primed the decoder)."""
-    run = _Run(run_id, sequence, _new_trace(model, request, ids, text, seed, run_id), model.tokenizer.stream(),
-               StopHold(request.settings.stop), _fork_clock(clock))
-    run.trace.steps.extend(request.inherited)
-    run.drawn = [st.token_id for st in request.inherited]
-    for t in run.drawn:  # so that a character split across the branch point still decodes whole
-        run.decoder.add(t)
-    return run
-
-
-def _new_row(model: LoadedModel, request: Request, run: _Run, context: list[int], vocab: int) -> Row:
-    """One sample's draws: its seed's sequence advanced past the inherited steps, counts over its context."""
-    rng = np.random.default_rng(run.trace.seed)
-    rng.random(len(request.inherited))  # step k draws the seed's k-th uniform, as the parent's step k did
-    history = None
-    if request.settings.needs_history:
-        k = len(request.inherited)
-        s = request.settings  # DRY's breakers: the tokens whose text holds one (once per model and breakers)
-        breakers = dry_breaker_ids(model.tokenizer.token_text, vocab, s.dry_breakers) if s.dry_multiplier else None
-        history = History.start(model.ops, vocab, context[: len(context) - k], context[len(context) - k :],
-                                breakers or frozenset())
-        if s.mirostat_tau and request.inherited:  # a branch goes on with its parent's μ
-            history.mu = mu_after(request.inherited[-1].sample, s)
-    return Row(rng, history, force=request.force)
-
-
-def _new_trace(model: LoadedModel, request: Request, ids: list[int], text: str, seed: int, run_id: int) -> RunTrace:
-    trace = RunTrace(prompt_ids=ids, settings=request.settings, seed=seed, prompt_text=text)
-    trace.run_id, trace.parent, trace.branch = run_id, request.parent, request.branch
-    trace.model = {"name": model.info.name, "backend": model.info.backend, "source": request.model.source}
-    return trace
-
-
-def _fork_clock(clock: Clock) -> Clock:
-    """A clock for one sample, started with the request (its TTFT includes the shared prefill)."""
-    c = Clock(now=clock.now)
-    c.start, c.prefilled_at = clock.start, clock.prefilled_at
-    return c
-
-
-def _steps(b: _Batch, run: _Run, released: list) -> Iterator[Step]:
-    if not released:
-        return
-    kv = b.model.cache_bytes(b.cache)
-    for piece, (step, out, seconds) in released:
-        trace = None
-        if isinstance(out, Sample):
-            top = out.top_ids[: b.request.top_n]
-            trace = StepTrace(step, out, piece, _texts(b.model.tokenizer, top, b.texts), seconds)
-            run.trace.steps.append(trace)
-        yield Step(b.request.id, step, token_of(out), piece, trace, kv, run.id, run.sequence)
-
-
-def _texts(tok: Tokenizer, ids: Any, known: dict[int, str]) -> tuple[str, ...]:
-    """Display texts of `ids`, one string object per token id for the whole request (not one per step)."""
-    out = []
-    for t in ids.tolist():
-        text = known.get(t)
-        if text is None:
-            text = known[t] = tok.token_text(t)
-        out.append(text)
-    return tuple(out)

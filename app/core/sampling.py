@@ -20,7 +20,7 @@ from app.core.record import Sample
 from app.core.settings import SamplerSettings
 from app.core.stages import dry_penalties, dry_vector, next_mu, xtc_uniform
 from app.core.step_output import CutRows, Drawn, Mode, Recorded, StepOutput, StepScalars
-from backends.ops import NUMPY, Array, ArrayOps
+from backends.ops import NUMPY, Array, ArrayOps, vmap
 
 NAN = float("nan")
 U_MAX = 1 - 2**-23
@@ -72,14 +72,19 @@ class PendingSample:
     def result(self) -> Sample | int:
         arrays = self.outputs
         self.ops.sync(list(arrays))
-        host = type(self.out).from_arrays([self.ops.numpy(a) for a in arrays])
-        if not math.isfinite(host.final_lse):
-            raise NoValidTokenError("the model produced no finite logits (NaN or infinity): try float32")
-        if isinstance(host, Drawn):
-            return int(host.token[0])
-        if isinstance(host, CutRows):
-            host = _host_record(host, self.stage_names, self.top_n)
-        return host.sample(self.stage_names, self.u)
+        return finish(type(self.out).from_arrays([self.ops.numpy(a) for a in arrays]), self.stage_names, self.u,
+                      self.top_n)
+
+
+def finish(host: StepOutput, stage_names: tuple[str, ...], u: float, top_n: int) -> Sample | int:
+    """A step's outcome from its arrays on the host: the token id (`Drawn`) or the trace's record."""
+    if not math.isfinite(host.final_lse):
+        raise NoValidTokenError("the model produced no finite logits (NaN or infinity): try float32")
+    if isinstance(host, Drawn):
+        return int(host.token[0])
+    if isinstance(host, CutRows):
+        host = _host_record(host, stage_names, top_n)
+    return host.sample(stage_names, u)
 
 
 def start_sample(
@@ -99,26 +104,52 @@ def start_sample(
     times faster there, and the record's small ops would otherwise each queue behind the next forward.
     """
     vocab = int(logits.shape[0])
-    top_n = min(top_n, vocab)
-    penalties = history is not None and settings.uses_penalties
+    key = step_key(ops, settings, vocab, top_n, record, history)
+    step, names = _step_function(ops, *key)
+    # -inf arithmetic is intended (masks); a step with no finite logit is caught in `result`.
+    with np.errstate(all="ignore"):
+        out, bumped = step(logits, ops.f32(uniforms(u)), *step_state(ops, settings, history, vocab))
+    keep_state(settings, history, bumped, out.token)
+    return PendingSample(ops, out, names, u, key[2])
+
+
+StepKey = tuple[SamplerSettings, int, int, Mode, bool]  # settings (pipeline), vocabulary, top-N, mode, penalties
+
+
+def step_key(ops: ArrayOps, settings: SamplerSettings, vocab: int, top_n: int, record: bool,
+             history: History | None) -> StepKey:
+    """What the device step is made for: the steps of one key are one function (compiled, or mapped over rows)."""
     mode: Mode = (CutRows if ops.host_record else Recorded) if record else Drawn
-    step, names = _step_function(ops, _pipeline(settings), vocab, top_n, mode, penalties)
+    return _pipeline(settings), vocab, min(top_n, vocab), mode, history is not None and settings.uses_penalties
+
+
+def uniforms(u: float) -> list[float]:
+    """The step's two uniform numbers: the draw's, then XTC's (made from it)."""
+    return [u, xtc_uniform(u)]
+
+
+def step_state(ops: ArrayOps, settings: SamplerSettings, history: History | None, vocab: int) -> tuple[Array, ...]:
+    """The history's arrays the step reads: the penalties' counts, mirostat's μ, DRY's penalties (where on)."""
+    penalties = history is not None and settings.uses_penalties
     hist = (history.context, history.generated) if penalties else ()
     if settings.mirostat_tau > 0:  # μ rides with the counts: in as a state array, out updated
         mu = history.mu if history is not None and history.mu is not None else 2 * settings.mirostat_tau
         hist = (*hist, ops.f32(mu))
     if settings.dry_multiplier > 0:  # DRY's penalties, from the tokens on the host: in last, out unchanged
         hist = (*hist, ops.f32(_dry(ops, settings, history, vocab)))
-    # -inf arithmetic is intended (masks); a step with no finite logit is caught in `result`.
-    with np.errstate(all="ignore"):
-        out, bumped = step(logits, ops.f32([u, xtc_uniform(u)]), *hist)
-    if penalties:
+    return hist
+
+
+def keep_state(settings: SamplerSettings, history: History | None, bumped: Sequence[Array], token: Array) -> None:
+    """The history after a step that drew `token` (1,) and handed back its state `bumped` (`step_state`'s order)."""
+    if history is None:
+        return
+    if settings.uses_penalties:
         history.context, history.generated = bumped[:2]
-    if settings.mirostat_tau > 0 and history is not None:
-        history.mu = bumped[2 if penalties else 0]
-    if settings.dry_multiplier > 0 and history is not None:
-        history.pending, history.dry = out.token, None
-    return PendingSample(ops, out, names, u, top_n)
+    if settings.mirostat_tau > 0:
+        history.mu = bumped[2 if settings.uses_penalties else 0]
+    if settings.dry_multiplier > 0:
+        history.pending, history.dry = token, None
 
 
 def _dry(ops: ArrayOps, s: SamplerSettings, history: History | None, vocab: int) -> np.ndarray:
@@ -138,29 +169,41 @@ def _pipeline(settings: SamplerSettings) -> SamplerSettings:
 
 
 @lru_cache(maxsize=64)
-def _step_function(ops: ArrayOps, settings: SamplerSettings, vocab: int, top_n: int, mode: Mode,
-                   penalties: bool) -> tuple[Callable[..., tuple[StepOutput, tuple[Array, ...]]], tuple[str, ...]]:
-    """The device step, compiled where the executor can (its stages made once per settings, not per step), and
-    the names of its stages (penalties first when they apply). The step returns the `mode`'s record and the
-    history's counts after the draw (with penalties)."""
+def device_step(ops: ArrayOps, settings: SamplerSettings, vocab: int, top_n: int, mode: Mode,
+                penalties: bool) -> tuple[Callable[..., tuple[StepOutput, tuple[Array, ...]]], tuple[str, ...]]:
+    """The device step of one row, uncompiled (its stages made once per settings, not per step), and the names of
+    its stages (penalties first when they apply). The step returns the `mode`'s record and the history's state
+    after the draw (`step_state`'s arrays, updated)."""
     stages = make_stages(settings, vocab)
 
     def step(logits: Array, u: Array, *hist: Array) -> tuple[StepOutput, tuple[Array, ...]]:
         return _device_step(ops, stages, settings, top_n, mode, logits, u, *hist)
 
     names = ("penalties",) * penalties + tuple(name for name, _ in stages)
-    return _compiled(ops, step, mode), names
+    return step, names
 
 
-def _compiled(ops: ArrayOps, step: Callable[..., tuple[StepOutput, tuple[Array, ...]]],
-              mode: Mode) -> Callable[..., tuple[StepOutput, tuple[Array, ...]]]:
-    """`step`, compiled where the executor can. A compiler takes arrays out, not records: the compiled step hands
-    its arrays over flat (the counts first), and they are put back into the `mode`'s record here."""
+@lru_cache(maxsize=64)
+def _step_function(ops: ArrayOps, settings: SamplerSettings, vocab: int, top_n: int, mode: Mode,
+                   penalties: bool) -> tuple[Callable[..., tuple[StepOutput, tuple[Array, ...]]], tuple[str, ...]]:
+    """`device_step`, compiled where the executor can."""
+    step, names = device_step(ops, settings, vocab, top_n, mode, penalties)
+    return compiled_step(ops, step, mode), names  # type: ignore[return-value]  # (not mapped: never None)
+
+
+def compiled_step(ops: ArrayOps, step: Callable[..., tuple[StepOutput, tuple[Array, ...]]], mode: Mode,
+                  rows: bool = False) -> Callable[..., tuple[StepOutput, tuple[Array, ...]]] | None:
+    """`step`, compiled where the executor can; with `rows`, mapped over a leading row axis of every argument and
+    output first (`backends.ops.vmap`; None where the executor has no vmap). A compiler or a vmap takes arrays out,
+    not records: the step hands its arrays over flat (the counts first), put back into the `mode`'s record here."""
     def flat(logits: Array, u: Array, *hist: Array) -> tuple[Array, ...]:
         out, bumped = step(logits, u, *hist)
         return (*bumped, *out.arrays())
 
-    compiled = ops.compile(flat)
+    fn = vmap(ops, flat) if rows else flat
+    if fn is None:
+        return None
+    compiled = ops.compile(fn)
     if compiled is flat:  # not compiled (numpy, torch): no need to flatten
         return step
 

@@ -1,0 +1,64 @@
+"""The batched sampler step (`start_samples`) on numpy: each row gets exactly what its own step gives, both on the
+row-by-row path (numpy has no vmap) and on the mapped path, run here through a stand-in vmap that maps the one-row
+step row by row and stacks (what torch.func.vmap and mx.vmap do in one graph)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.core.batch_sampling import PendingBatch, PendingRows, start_samples
+from app.core.pipeline import History
+from app.core.sampling import NoValidTokenError
+from app.core.settings import SamplerSettings
+from backends.ops import NUMPY, NumpyOps
+from tests.batched_sampler_cases import any_stages, assert_batch_equals_rows
+
+
+class MappingNumpy(NumpyOps):
+    """numpy with a stand-in vmap: the one-row function on each row, its outputs stacked (a leading row axis)."""
+
+    def vmap(self, fn):
+        def mapped(*args):
+            outs = [fn(*(a[i] for a in args)) for i in range(len(args[0]))]
+            return tuple(np.stack(column) for column in zip(*outs, strict=True))
+
+        return mapped
+
+
+MAPPING = MappingNumpy()
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(s=any_stages, seed=st.integers(0, 2**16), record=st.booleans())
+@pytest.mark.parametrize("ops", [NUMPY, MAPPING], ids=["rows", "mapped"])
+def test_a_batch_gives_each_row_its_own_step(ops, s, seed, record):
+    assert_batch_equals_rows(ops, s, seed, record=record)
+
+
+def test_numpy_runs_the_rows_one_by_one_and_a_vmap_maps_them():
+    x = NUMPY.f32(np.zeros((2, 10)))
+    assert isinstance(start_samples(NUMPY, x, SamplerSettings(), [0.1, 0.2]), PendingRows)
+    assert isinstance(start_samples(MAPPING, x, SamplerSettings(), [0.1, 0.2]), PendingBatch)
+
+
+def test_rows_with_and_without_a_history_run_one_by_one():
+    s = SamplerSettings(repetition_penalty=1.3)
+    rows = [History.start(MAPPING, 10, [1, 2]), None]
+    pending = start_samples(MAPPING, MAPPING.f32(np.zeros((2, 10))), s, [0.1, 0.2], histories=rows)
+    assert isinstance(pending, PendingRows) and pending.results()[0].stage_names[0] == "penalties"
+
+
+def test_disagreeing_sizes_are_refused():
+    with pytest.raises(ValueError, match="3 uniforms, 2 histories and 2 rows"):
+        start_samples(MAPPING, MAPPING.f32(np.zeros((2, 10))), SamplerSettings(), [0.1, 0.2, 0.3],
+                      histories=[None, None])
+
+
+def test_a_row_without_a_finite_logit_says_so():
+    x = np.zeros((2, 10), dtype=np.float32)
+    x[1] = np.nan
+    with pytest.raises(NoValidTokenError):
+        start_samples(MAPPING, x, SamplerSettings(), [0.1, 0.2]).results()
