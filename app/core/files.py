@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import stat
@@ -119,3 +120,27 @@ def brief(value: Any, limit: int = 40) -> str:
     except (TypeError, ValueError, RecursionError):
         text = f"a {type(value).__name__}"
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# JSON has no NaN or infinity: such a float is written as one of these strings (every other float32 value round-trips
+# exactly through a JSON number: Python writes the shortest repr of the same float64). Trace and session files.
+NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def json_number(v: Any) -> Any:
+    """A value as the file holds it: a float that is not finite as its string, anything else as it is."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return "NaN" if math.isnan(v) else "Infinity" if v > 0 else "-Infinity"
+    return v
+
+
+def read_number(v: Any) -> float | None:
+    """A JSON number, or the string of a non-finite one (`json_number`), as a float; None for anything else."""
+    if isinstance(v, str):
+        return NONFINITE.get(v)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    try:
+        return float(v)
+    except OverflowError:  # a whole number past float64
+        return None

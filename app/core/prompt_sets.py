@@ -1,6 +1,8 @@
 """Prompt sets: a table of prompts read from CSV (a `prompt` column, else the first), JSON Lines (per line an
-object with a `prompt` field, or a JSON string) or pasted text, for a run over each of them; and the results of
-such a run (per prompt and sample, `compare`'s statistics) written as CSV, JSON Lines or Markdown, atomically.
+object with a `prompt` field, or a JSON string) or pasted text, for a run over each of them under one or more
+settings, each named by a label (`settings_label`); the results of such a run (per prompt, settings and sample,
+`compare`'s statistics) written as CSV, JSON Lines or Markdown, atomically; and `PromptSet`, the set and its last
+results as a session keeps them (`prompt_set_json` / `read_prompt_set_json`, the session file's field).
 Bad input raises a `SettingsError` whose one line names the file, the line and what is wrong. Runs nothing.
 """
 
@@ -15,11 +17,13 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from app.core.compare import SampleStats
-from app.core.files import write_atomic, write_lines
-from app.core.settings import SettingsError
+from app.core.files import is_a, json_number, read_field, read_number, whole, write_atomic, write_lines
+from app.core.settings import FIELDS, SamplerSettings, SettingsError
+
+if TYPE_CHECKING:
+    from app.core.compare import SampleStats
 
 MAX_PROMPTS = 1000
 
@@ -96,24 +100,50 @@ def write_prompt_set(path: str | os.PathLike, prompts: Sequence[str]) -> None:
 
 # results ------------------------------------------------------------------------------------------------------
 
+# labels ---------------------------------------------------------------------------------------------------------
+
+SHORT_NAMES = {"temperature": "T", "top_k": "top-k", "top_p": "top-p", "min_p": "min-p"}
+UNLABELLED = ("max_tokens",)  # how long a run may be is not what tells two settings apart
+
+
+def settings_label(s: SamplerSettings, names: Sequence[str]) -> str:
+    """`names`' values in `s`, short: `T=0.7, top-p=0.9` (other names with dashes: `repetition-penalty=1.1`)."""
+    return ", ".join(f"{SHORT_NAMES.get(n, n.replace('_', '-'))}={_g(getattr(s, n))}" for n in names)
+
+
+def label_names(settings: Sequence[SamplerSettings]) -> tuple[str, ...]:
+    """The settings a label shows: those whose values differ among `settings` (the seed included); where none
+    differ, the temperature and every setting away from its default (the filters that are on)."""
+    names = [f.name for f in FIELDS if f.name not in UNLABELLED] + ["seed"]
+    differ = tuple(n for n in names if len({getattr(s, n) for s in settings}) > 1)
+    if differ or not settings:
+        return differ
+    return ("temperature", *(f.name for f in FIELDS if f.name not in (*UNLABELLED, "temperature")
+                             and getattr(settings[0], f.name) != f.default))
+
+
+# results ------------------------------------------------------------------------------------------------------
+
 @dataclass(frozen=True)
 class PromptResult:
-    """One sample of one prompt of the set: the prompt's place in the set, its text, and the sample's statistics."""
+    """One sample of one prompt of the set under one settings: the prompt's place in the set, its text, the
+    settings' label, and the sample's statistics (`compare`'s)."""
 
     index: int  # the prompt's row in the set, from 0
     prompt: str
+    label: str  # the settings it ran under, named (`settings_label`; "A: T=0.7" for a side-by-side column)
     sample: SampleStats
 
 
-RESULT_COLUMNS = ("prompt_index", "prompt", "sample", "seed", "text", "tokens", "mean_logprob", "perplexity",
-                  "finish_reason")
+RESULT_COLUMNS = ("prompt_index", "prompt", "settings", "sample", "seed", "text", "tokens", "mean_logprob",
+                  "perplexity", "finish_reason")
 
 
 def result_record(r: PromptResult) -> dict[str, Any]:
     """A result as the flat record every writer writes (`RESULT_COLUMNS`; a statistic not measured: None)."""
     s = r.sample
-    return {"prompt_index": r.index, "prompt": r.prompt, "sample": s.sequence, "seed": s.seed, "text": s.text,
-            "tokens": s.length, "mean_logprob": s.mean_logprob, "perplexity": s.perplexity,
+    return {"prompt_index": r.index, "prompt": r.prompt, "settings": r.label, "sample": s.sequence, "seed": s.seed,
+            "text": s.text, "tokens": s.length, "mean_logprob": s.mean_logprob, "perplexity": s.perplexity,
             "finish_reason": s.finish_reason}
 
 
@@ -163,3 +193,70 @@ def export_results(path: str | os.PathLike, results: Sequence[PromptResult], kin
 
 def _finite(v: Any) -> Any:
     return None if isinstance(v, float) and not math.isfinite(v) else v
+
+
+def _g(v: Any) -> str:
+    return f"{v:g}" if isinstance(v, (int, float)) else str(v)
+
+
+# the set as a session keeps it --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PromptSet:
+    """A session's prompt set: its prompts, and the results of its last run (prompt by prompt, settings by
+    settings, sample by sample; a run stopped part way keeps what finished)."""
+
+    prompts: tuple[str, ...] = ()
+    results: tuple[PromptResult, ...] = ()
+
+
+SAMPLE_FIELDS = ("sequence", "run_id", "seed", "tokens", "text", "length", "mean_logprob", "perplexity",
+                 "finish_reason")
+
+
+def prompt_set_json(ps: PromptSet) -> dict[str, Any]:
+    """The set as the session file's `prompt_set` object (standard JSON: no NaN or infinity)."""
+    return {"prompts": list(ps.prompts),
+            "results": [{"index": r.index, "prompt": r.prompt, "label": r.label,
+                         "sample": {k: json_number(getattr(r.sample, k)) for k in SAMPLE_FIELDS} | {
+                             "tokens": list(r.sample.tokens)}} for r in ps.results]}
+
+
+def read_prompt_set_json(obj: Any) -> PromptSet:
+    """The set `prompt_set_json` wrote; anything else raises ValueError naming the field and what it must be."""
+    if not isinstance(obj, dict):
+        raise ValueError("prompt_set must be an object (its prompts and results)")
+    prompts = read_field(obj, "prompts", lambda v: isinstance(v, list) and all(isinstance(p, str) for p in v),
+                         "a list of texts", where="prompt_set.")
+    results = read_field(obj, "results", is_a(list), "a list", where="prompt_set.")
+    return PromptSet(tuple(prompts), tuple(_result(r, f"prompt_set.results[{i}].") for i, r in enumerate(results)))
+
+
+def _result(obj: Any, where: str) -> PromptResult:
+    if not isinstance(obj, dict):
+        raise ValueError(f"{where[:-1]} must be an object")
+    sample = read_field(obj, "sample", is_a(dict), "an object", where=where)
+    return PromptResult(read_field(obj, "index", lambda v: whole(v) and v >= 0, "a count", where=where),
+                        read_field(obj, "prompt", is_a(str), "text", where=where),
+                        read_field(obj, "label", is_a(str), "text", where=where), _sample(sample, where + "sample."))
+
+
+def _sample(obj: dict[str, Any], where: str) -> SampleStats:
+    from app.core.compare import SampleStats  # (numpy's, through the traces: not before the window's first paint)
+
+    def count(key: str) -> int:
+        return read_field(obj, key, lambda v: whole(v) and v >= 0, "a count", where=where)
+
+    tokens = read_field(obj, "tokens", lambda v: isinstance(v, list) and all(whole(t) for t in v),
+                        "a list of whole numbers", where=where)
+    return SampleStats(sequence=count("sequence"), run_id=count("run_id"), seed=count("seed"), tokens=tuple(tokens),
+                       text=read_field(obj, "text", is_a(str), "text", where=where), length=count("length"),
+                       mean_logprob=_number(obj, "mean_logprob", where), perplexity=_number(obj, "perplexity", where),
+                       finish_reason=read_field(obj, "finish_reason", is_a(str), "text", null=True, where=where))
+
+
+def _number(obj: dict[str, Any], key: str, where: str) -> float | None:
+    """A number, null, or the string of a non-finite one (as `json_number` writes it)."""
+    v = read_field(obj, key, lambda v: read_number(v) is not None, "a number", null=True, where=where)
+    return None if v is None else read_number(v)
+

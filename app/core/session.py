@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from app.core.events import Finished, Prefilled, Request
+from app.core.run_group import RunGroup
 
 if TYPE_CHECKING:
+    from app.core.prompt_sets import PromptSet
     from app.core.trace import RunTrace, StepTrace
 
 
@@ -42,6 +44,8 @@ class Run:
 @dataclass
 class Session:
     runs: dict[int, Run] = field(default_factory=dict)  # in the order they were started
+    groups: list[RunGroup] = field(default_factory=list)  # runs compared together (side by side), oldest first
+    prompt_set: PromptSet | None = None  # the prompt set and its last run's results (None: none)
 
     def start(self, request: Request) -> list[Run]:
         """Register the runs of a request (one per sample)."""

@@ -14,10 +14,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from app.core import run_group
 from app.core.events import Finished, Message, Prefilled, Request
 from app.core.files import brief, check_header, is_a, parse_json, read_field, whole, write_lines
 from app.core.metrics import Metrics
 from app.core.models import BUILTIN_NAME, ModelSpec
+from app.core.prompt_sets import PromptSet, prompt_set_json, read_prompt_set_json
+from app.core.run_group import RunGroup
 from app.core.session import Run, Session
 from app.core.settings import SamplerSettings, read_settings
 
@@ -59,6 +62,8 @@ class SavedSession:
     runs: tuple[SavedRun, ...] = ()  # in the order they were started
     shown: int | None = None  # the id of the run shown
     origin: str = ""  # an autosave's: the file the session was last saved to or opened from ("": none)
+    groups: tuple[RunGroup, ...] = ()  # runs compared together (side by side); absent from older files
+    prompt_set: PromptSet | None = None  # the prompt set and its last results; absent from older files
 
 
 def save(doc: SavedSession, path: str | os.PathLike, cache: EncodedTraces | None = None) -> None:
@@ -73,7 +78,9 @@ def encode(doc: SavedSession, cache: EncodedTraces | None = None) -> Iterator[st
     yield _dumps({"format": FORMAT, "version": VERSION, "prompt": doc.prompt,
                   "messages": [{"role": m.role, "content": m.content} for m in doc.messages], "chat": doc.chat,
                   "settings": doc.settings.to_dict(), "model": {"source": doc.model, "backend": doc.backend},
-                  "shown": doc.shown, "origin": doc.origin, "runs": len(doc.runs)})
+                  "shown": doc.shown, "origin": doc.origin, "runs": len(doc.runs),
+                  "groups": [run_group.to_json(g) for g in doc.groups],
+                  **({"prompt_set": prompt_set_json(doc.prompt_set)} if doc.prompt_set is not None else {})})
     for run in doc.runs:
         yield _dumps({"run": run.id, "name": run.name, "steps": len(run.trace.steps)})
         yield from cache.lines(run.trace)
@@ -145,6 +152,9 @@ def from_lines(lines: Sequence[str | bytes], name: str = "<session>") -> SavedSe
         raise SessionFormatError(f"{name}:{i + 1}: text after the session's last run")
     if len({r.id for r in runs}) != len(runs):
         raise SessionFormatError(f"{name}: two runs share one id")
+    saved = {r.id for r in runs}
+    if any(set(g.run_ids) - saved for g in doc.groups):
+        raise SessionFormatError(f"{name}:1: a group names a run the file does not hold")
     return replace(doc, runs=tuple(runs))
 
 
@@ -153,6 +163,12 @@ def runs_of(session: Session) -> tuple[SavedRun, ...]:
     carrying its run's id and parent as the session numbers them."""
     return tuple(SavedRun(r.name, replace(r.trace, run_id=r.id, parent=r.parent))
                  for r in session.runs.values() if r.trace is not None)
+
+
+def groups_of(session: Session) -> tuple[RunGroup, ...]:
+    """The session's groups, each with only its columns whose run `runs_of` saves (none left: not saved)."""
+    saved = {r.id for r in session.runs.values() if r.trace is not None}
+    return tuple(g for g in (group.keeping(saved) for group in session.groups) if g is not None)
 
 
 def to_session(doc: SavedSession) -> tuple[Session, int | None]:
@@ -176,10 +192,20 @@ def to_session(doc: SavedSession) -> tuple[Session, int | None]:
         run = session.start(request)[0]
         _finish(run, replace(saved.trace, run_id=run.id, parent=parent), saved.name)
         new_ids[saved.id] = run.id
+    _regroup(session, doc.groups, new_ids)
+    session.prompt_set = doc.prompt_set
     shown = new_ids.get(doc.shown) if doc.shown is not None else None
     if shown is None and session.runs:
         shown = next(reversed(session.runs))
     return session, shown
+
+
+def _regroup(session: Session, groups: Iterable[RunGroup], new_ids: dict[int, int]) -> None:
+    """The saved groups, renumbered as the runs were; a column's run runs again on the column's model."""
+    session.groups = [g for g in (group.keeping(new_ids) for group in groups) if g is not None]
+    for column in (c for g in session.groups for c in g.columns if c.model is not None):
+        run = session.runs[column.run_id]
+        run.request = replace(run.request, model=column.model)
 
 
 def _ids_above(top: int) -> None:
@@ -234,7 +260,10 @@ def _header_fields(obj: dict[str, Any]) -> tuple[SavedSession, int]:
                        model=read_field(model, "source", is_a(str), "text", where="model."),
                        backend=read_field(model, "backend", is_a(str), "text", where="model."),
                        shown=read_field(obj, "shown", whole, "a whole number", null=True),
-                       origin=read_field(obj, "origin", is_a(str), "text", default=""))
+                       origin=read_field(obj, "origin", is_a(str), "text", default=""),
+                       groups=tuple(run_group.from_json(g, f"groups[{i}].") for i, g in enumerate(
+                           read_field(obj, "groups", is_a(list), "a list", default=[]))),
+                       prompt_set=None if obj.get("prompt_set") is None else read_prompt_set_json(obj["prompt_set"]))
     return doc, read_field(obj, "runs", lambda v: whole(v) and v >= 0, "a count")
 
 

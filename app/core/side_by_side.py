@@ -3,14 +3,16 @@
 `first_divergence` finds the first step where the columns' drawn tokens differ (a column that ended while another
 went on differs there too); while columns still stream, it answers for what is known so far and says so.
 `overlay` lays the recorded distributions of every column at one step over one set of candidate tokens, for a
-chart to draw as is: it only looks numbers up in each step's record (`Sample`), it computes no probability.
+chart to draw as is: it only looks numbers up in each step's record (`Sample`), it computes no probability. Columns
+may run on different models: `model_groups` says which columns share one (only those are overlaid: token ids are a
+model's own), and `step_keys` what the divergence compares (ids on one model, the tokens' texts across models).
 Knows nothing of Qt.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -29,7 +31,7 @@ class Divergence:
     not `settled`, has not reached it yet)."""
 
     step: int
-    tokens: tuple[int | None, ...]
+    tokens: tuple[int | str | None, ...]  # (texts where the columns run on different models: `step_keys`)
     settled: bool = True  # False: a column still running has not reached this step, and may differ sooner
 
 
@@ -46,7 +48,21 @@ class Overlay:
     drawn: tuple[int | None, ...]  # per column, the index in `candidates` of the token it drew (None: not shown)
 
 
-def first_divergence(columns: Sequence[Sequence[int]], done: Sequence[bool] | None = None) -> Divergence | None:
+def model_groups(models: Sequence[Hashable]) -> list[tuple[int, ...]]:
+    """The columns (indexes) by model, each group in column order, the groups in order of their first column."""
+    groups: dict[Hashable, list[int]] = {}
+    for c, m in enumerate(models):
+        groups.setdefault(m, []).append(c)
+    return [tuple(g) for g in groups.values()]
+
+
+def step_keys(columns: Sequence[Sequence[StepTrace]], one_model: bool) -> list[list[int | str]]:
+    """What `first_divergence` compares, per column and step: the drawn token ids where every column runs one
+    model, else the tokens' texts (two models' ids need not name the same token)."""
+    return [[st.token_id if one_model else st.text for st in col] for col in columns]
+
+
+def first_divergence(columns: Sequence[Sequence[Hashable]], done: Sequence[bool] | None = None) -> Divergence | None:
     """The first step at which the token sequences differ, as far as they are known: `done[c]` False means column
     c may still grow, so its end is no divergence, and steps it has not reached are compared without it (the
     answer is then not `settled`). None while the columns agree."""

@@ -9,14 +9,13 @@ nothing is half-loaded. Works on a run's parts (its HEADER and FOOTER fields, it
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, fields
 from typing import Any
 
 import numpy as np
 
-from app.core.files import brief, check_header, is_a, parse_json, read_field, whole
+from app.core.files import brief, check_header, is_a, json_number, parse_json, read_field, read_number, whole
 from app.core.metrics import Metrics
 from app.core.record import SCALARS, Sample, StepTrace, json_floats
 from app.core.settings import STAGES as SAMPLER_STAGES
@@ -44,7 +43,7 @@ def encode(header: dict[str, Any], steps: Sequence[StepTrace], footer: dict[str,
     for st in steps:
         yield _step_line(st)
     yield {"end": True, "steps": len(steps), "finish_reason": footer["finish_reason"],
-           "metrics": {k: _out(v) for k, v in asdict(metrics).items()} if metrics is not None else None,
+           "metrics": {k: json_number(v) for k, v in asdict(metrics).items()} if metrics is not None else None,
            **({"finish_message": message} if message else {})}
 
 
@@ -119,7 +118,7 @@ def _metric(m: dict[str, Any], key: str, kind: str) -> float | None:
 def _step_line(st: StepTrace) -> dict[str, Any]:
     s = st.sample
     line = {"step": st.step, "token": s.token, "text": st.text, "top_texts": list(st.top_texts),
-            "seconds": _out(st.seconds), "rank": s.rank, "u": _out(s.u), "stages": list(s.stage_names),
+            "seconds": json_number(st.seconds), "rank": s.rank, "u": json_number(s.u), "stages": list(s.stage_names),
             "reported": s.reported, **dict(zip(SCALARS, json_floats(s.values[: len(SCALARS)]), strict=True)),
             "top_ids": s.top_ids.tolist(), "probs": [json_floats(row) for row in s.probs],
             "kept": s.kept.astype(int).tolist()}
@@ -170,18 +169,6 @@ def _step_from(obj: dict[str, Any], index: int, texts: dict[str, str]) -> StepTr
                      tuple(texts.setdefault(t, t) for t in top_texts), _number(obj, "seconds"))
 
 
-# JSON has no NaN or infinity: those values are written as these strings (every other float32 value round-trips
-# exactly through a JSON number: Python writes the shortest repr of the same float64).
-_NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
-
-
-def _out(v: Any) -> Any:
-    """A value as the file holds it: a float that is not finite as its string."""
-    if isinstance(v, float) and not math.isfinite(v):
-        return "NaN" if math.isnan(v) else "Infinity" if v > 0 else "-Infinity"
-    return v
-
-
 def _id(v: Any) -> bool:
     return type(v) is int and 0 <= v <= MAX_ID
 
@@ -195,21 +182,9 @@ def _list_of(v: Any, check: Callable[[Any], bool]) -> bool:
     return isinstance(v, list) and all(check(x) for x in v)
 
 
-def _float(v: Any) -> float | None:
-    """A JSON number, or the string of a non-finite one, as a float; None for anything else."""
-    if isinstance(v, str):
-        return _NONFINITE.get(v)
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    try:
-        return float(v)
-    except OverflowError:  # a whole number past float64
-        return None
-
-
 def _number(obj: dict[str, Any], key: str, null: bool = False, where: str = "") -> float | None:
-    v = read_field(obj, key, lambda v: _float(v) is not None, "a number", null=null, where=where)
-    return None if v is None else _float(v)
+    v = read_field(obj, key, lambda v: read_number(v) is not None, "a number", null=null, where=where)
+    return None if v is None else read_number(v)
 
 
 def _array(obj: dict[str, Any], key: str, ndim: int, whole: bool = False, low: int = 0) -> np.ndarray:
@@ -233,7 +208,7 @@ def _numbers(v: list, ndim: int) -> np.ndarray | None:
     if a.ndim != ndim:
         return None
     if a.dtype.kind not in "iuf":  # strings stand for NaN and the infinities; anything else is damage
-        flat = [_float(x) for x in (v if ndim == 1 else (x for row in v for x in row))]
+        flat = [read_number(x) for x in (v if ndim == 1 else (x for row in v for x in row))]
         if any(x is None for x in flat):
             return None
         a = np.array(flat, dtype=np.float64).reshape(a.shape)

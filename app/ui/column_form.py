@@ -1,5 +1,6 @@
 """One side-by-side column's compact form: the few settings that matter most (temperature, top-k, top-p, min-p,
-seed) and the stage order, over the sampler panel's settings for everything else.
+seed) and the stage order, over the sampler panel's settings for everything else; and its model (`ColumnModel`:
+the window's, or another).
 
 A table of `FIELDS` rows drives the boxes (their ranges, steps and help are the panel's); it reads and writes
 `SamplerSettings` only, and computes nothing else.
@@ -7,10 +8,13 @@ A table of `FIELDS` rows drives the boxes (their ranges, steps and help are the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QComboBox, QDoubleSpinBox, QGridLayout, QGroupBox, QLabel, QSpinBox, QWidget
 
 from app.core.settings import FIELD_BY_NAME, MAX_SEED, SamplerSettings, parse_order
+from app.ui.column_model import ColumnModel, ModelSources, short_name
 from app.ui.sampler_panel import ORDER_LABELS
 
 FORM_FIELDS = ("temperature", "top_k", "top_p", "min_p")
@@ -24,7 +28,8 @@ SEED_MAX = min(MAX_SEED, 2**31 - 1)  # (a QSpinBox holds a signed 32-bit number)
 class ColumnForm(QGroupBox):
     """A column's name in its colour, then a box per setting and the order; `settings(base)` is the column's."""
 
-    def __init__(self, name: str, color: QColor, parent: QWidget | None = None) -> None:
+    def __init__(self, name: str, color: QColor, sources: Callable[[], ModelSources] = ModelSources,
+                 parent: QWidget | None = None) -> None:
         super().__init__(name, parent)
         self.setStyleSheet(f"QGroupBox {{ font-weight: bold; color: {color.name()}; }}")
         self.boxes: dict[str, QSpinBox | QDoubleSpinBox] = {}
@@ -50,15 +55,20 @@ class ColumnForm(QGroupBox):
         for i, (label, widget) in enumerate(cells):  # two settings a row: a short form
             grid.addWidget(QLabel(label), i // 2, (i % 2) * 2)
             grid.addWidget(widget, i // 2, (i % 2) * 2 + 1)
+        self.model = ColumnModel(sources)
+        grid.addWidget(QLabel("model"), len(cells) // 2, 0)
+        grid.addWidget(self.model, len(cells) // 2, 1, 1, 3)
         grid.setColumnStretch(1, 1)
         grid.setColumnStretch(3, 1)
 
-    def set_settings(self, s: SamplerSettings) -> None:
-        """Show `s`'s values (the order: as the panel's)."""
+    def set_settings(self, s: SamplerSettings, own_order: bool = False) -> None:
+        """Show `s`'s values; the order: as the panel's, or with `own_order`, `s`'s own where the list names it
+        (a run's, shown again). The model stays as chosen."""
         for name_, box in self.boxes.items():
             box.setValue(getattr(s, name_))
         self.seed.setValue(min(s.seed or 0, SEED_MAX))
-        self.order.setCurrentIndex(0)
+        self.order.setCurrentIndex(next((i for i in range(1, self.order.count()) if own_order
+                                         and parse_order(self.order.itemData(i)) == (s.order, s.chain)), 0))
 
     def settings(self, base: SamplerSettings) -> SamplerSettings:
         """`base` with this form's values (raises `SettingsError` if they are not valid together)."""
@@ -71,5 +81,6 @@ class ColumnForm(QGroupBox):
     def summary(self) -> str:
         """The form's values in a few characters, for the run's name: `T 0.3 · k 0 · p 1 · min-p 0 · seed 3`."""
         parts = [f"{SHORT[n]} {b.value():g}" for n, b in self.boxes.items()]
-        order = self.order.currentData()
-        return " · ".join([*parts, f"seed {self.seed.value()}", *([order] if order else [])])
+        order, model = self.order.currentData(), self.model.choice()
+        return " · ".join([*parts, f"seed {self.seed.value()}", *([order] if order else []),
+                           *([short_name(model)] if model is not None else [])])

@@ -2,9 +2,12 @@
 
 It draws an `side_by_side.Overlay` as it is: a bar's height is the probability the column's record holds (none
 where the record holds none: no bar), the drawn token outlined. Its items are made once and updated in place.
+The overlay's rows may be some of the columns only (those on one model): each keeps its column's colour and name.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 import pyqtgraph as pg
@@ -38,27 +41,32 @@ class OverlayChart(ThemedPlot):
         for bar in self.bars:
             self.addItem(bar)
         self.setLabel("left", "probability")
+        self.getPlotItem().getAxis("left").enableAutoSIPrefix(False)  # (else 0.9 reads "900 (x0.001)")
         self.setMouseEnabled(x=False, y=False)
         self.drawn: Overlay | None = None
+        self.columns: list[int] = []  # the columns drawn, row by row of the overlay
         self.show_overlay(None, 2)
 
-    def show_overlay(self, o: Overlay | None, columns: int) -> None:
-        """Draw `o` (None: empty axes) for `columns` columns."""
+    def show_overlay(self, o: Overlay | None, columns: int | Sequence[int]) -> None:
+        """Draw `o` (None: empty axes) for `columns` columns, or for these columns (row r of `o` is column
+        `columns[r]`, in its colour)."""
         self.drawn = o
+        self.columns = list(range(columns)) if isinstance(columns, int) else list(columns)
         k = len(o.candidates) if o is not None else 0
-        width = GROUP / columns
+        width = GROUP / max(len(self.columns), 1)
         for c, bar in enumerate(self.bars):
-            if c >= columns or o is None:
+            if c not in self.columns or o is None:
                 bar.setOpts(x=[], height=[], pens=None)
-                bar.setVisible(c < columns)
+                bar.setVisible(c in self.columns)
                 continue
-            heights = o.probs[c]
+            r = self.columns.index(c)
+            heights = o.probs[r]
             shown = np.flatnonzero(np.isfinite(heights))  # no bar where the record holds no probability
-            x = shown - GROUP / 2 + width * (c + 0.5)
-            pens = [DRAWN_PEN if o.drawn[c] == i else NO_PEN for i in shown] or None  # (pyqtgraph: no [])
+            x = shown - GROUP / 2 + width * (r + 0.5)
+            pens = [DRAWN_PEN if o.drawn[r] == i else NO_PEN for i in shown] or None  # (pyqtgraph: no [])
             bar.setOpts(x=x, height=heights[shown], width=width * 0.92, pens=pens)
             bar.setVisible(True)
-        self._legend(columns)
+        self._legend()
         axis = self.getPlotItem().getAxis("bottom")
         axis.setTicks([[(i, label(t)) for i, t in enumerate(o.texts)]] if o is not None else [[]])
         top = np.nanmax(o.probs) if o is not None and np.isfinite(o.probs).any() else 1.0
@@ -67,16 +75,16 @@ class OverlayChart(ThemedPlot):
         which = "sampled from" if o is None or o.distribution == "final" else "the model's"
         self.setLabel("bottom", f"step {o.step + 1 if o else '—'}: candidates ({which}; drawn: outlined)")
 
-    def _legend(self, columns: int) -> None:
+    def _legend(self) -> None:
         self.legend.clear()
-        for c in range(columns):
+        for c in self.columns:
             self.legend.addItem(self.bars[c], NAMES[c])
 
     def heights(self, column: int) -> dict[int, float]:
         """What column's bars show now: candidate index → height (read back from the drawn items)."""
         bar = self.bars[column]
         x, h = bar.opts["x"], bar.opts["height"]
-        if self.drawn is None or len(x) == 0:
+        if self.drawn is None or len(x) == 0 or column not in self.columns:
             return {}
-        width = GROUP / self.drawn.probs.shape[0]
-        return {round(float(xi) + GROUP / 2 - width * (column + 0.5)): float(hi) for xi, hi in zip(x, h, strict=True)}
+        width, r = GROUP / len(self.columns), self.columns.index(column)
+        return {round(float(xi) + GROUP / 2 - width * (r + 0.5)): float(hi) for xi, hi in zip(x, h, strict=True)}

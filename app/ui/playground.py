@@ -4,7 +4,8 @@ coalesced signals.
 Events are routed by run id into the `Session` (every run keeps its steps, also when another run is shown);
 the widgets follow the run being shown. Widgets never touch the core or a model: they receive what they show
 through these signals and call the few verbs here (generate, stop, load, score, select_step); the branch verbs
-(fork, replay, rename, delete…) are its `branches` (app/ui/branching.py). One request at a time; `busy` says so.
+(fork, replay, rename, delete…) are its `branches` (app/ui/branching.py). One job at a time (a request, or
+several together: `generate_together`); `busy` says so.
 What the user edits (prompt, settings, model, the selection) is its `EditingState`: requests and branches read it,
 and a change of settings previews the selected step.
 Process-wide state is not its business: the application's collector (app/ui/collector.py) keeps Python's garbage
@@ -14,6 +15,7 @@ collection on the UI thread, as a model thread must never destroy Qt objects.
 from __future__ import annotations
 
 import queue
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
@@ -31,12 +33,13 @@ from app.core.events import (
     Speculated,
     Step,
 )
-from app.core.metrics import Metrics, decode_rate
+from app.core.metrics import decode_rate
 from app.core.models import ModelSpec
 from app.core.session import Run, Session
 from app.core.settings import SamplerSettings, SettingsError
 from app.ui.branching import Branches
 from app.ui.editing_state import EditingState
+from app.ui.submitted import Submitted, fail_runs
 
 if TYPE_CHECKING:
     from app.core.model_thread import ModelThread
@@ -56,6 +59,7 @@ class Playground(QObject):
     run_started = Signal(object)  # Request
     prefilled = Signal(object)  # Prefilled
     steps_appended = Signal(list)  # list[Step], once per frame at most
+    steps_recorded = Signal()  # steps of any run reached the session this frame (the shown run's: also above)
     step_shown = Signal(int, object)  # index, StepTrace: the step every view shows (the latest, at most
     # 1000 / CHART_MS times a second while streaming, or the one selected); chart, header, cursor and the
     # output's selected token all draw from this one record, so they never disagree
@@ -81,7 +85,7 @@ class Playground(QObject):
         self.tokenizer = None  # the loaded model's tokenizer (thread-safe, pure CPU): for counting tokens
         self.info = None
         self.session = Session()
-        self._request: Request | None = None
+        self._submitted = Submitted()  # the request(s) in progress
         self.branches = Branches(self, TOP_N, self)  # fork, replay, rename, delete: the verbs of the session's tree
         self._load_only = False
         self._busy = False
@@ -145,24 +149,39 @@ class Playground(QObject):
     def load(self, spec: ModelSpec) -> None:
         if self._busy:
             return
-        self._request, self._load_only = Request(model=spec), True
+        request = Request(model=spec)
+        self._submitted, self._load_only = Submitted.of([request]), True
         self._set_busy(True)
-        self.worker.submit(self._request, load_only=True)
+        self.worker.submit(request, load_only=True)
 
     def generate(self, request: Request) -> bool:
         """Start a run; refused (False) while another is loading, running or winding down."""
         if self._busy and not self._load_only:
             return False  # a load alone may still be running: the model thread queues the run behind it
-        self._request = request
-        self.editing.select(self.session.start(request)[0])
+        self._begin([request], lambda: self.worker.submit(request))
+        return True
+
+    def generate_together(self, requests: Sequence[Request]) -> bool:
+        """Start several requests as one job (`ModelThread.submit_together`: those sharing the model and prompt
+        decode in one batch, those naming another model run beside it): every run is the session's, the first
+        one shown, and the view-model is busy until all have ended. Refused (False) as `generate` is."""
+        if not requests or (self._busy and not self._load_only):
+            return False
+        self._begin(requests, lambda: self.worker.submit_together(tuple(requests)))
+        return True
+
+    def _begin(self, requests: Sequence[Request], submit: Callable[[], object]) -> None:
+        """Register the requests' runs, show the first, be busy with them, `submit` them; then say so."""
+        self._submitted = Submitted.of(requests)
+        runs = [self.session.start(r) for r in requests]
+        self.editing.select(runs[0][0])
         self._follow.stop()
         self._load_only = False
         self._busy = True
         self.busy_changed.emit(True)  # also when a load was already running: now a run is
-        self.worker.submit(request)
-        self.run_started.emit(request)
+        submit()
+        self.run_started.emit(requests[0])
         self.session_changed.emit()
-        return True
 
     def make_request(self, settings: SamplerSettings | None = None) -> Request:
         """The editing state as a request: its model, its prompt in its mode, and `settings` (None: the state's,
@@ -290,12 +309,14 @@ class Playground(QObject):
         if self._worker is None:  # no model thread yet: no events
             return
         new_steps: list[Step] = []
+        recorded = False
         for _ in range(MAX_EVENTS_PER_FRAME):
             try:
                 ev = self.worker.events.get_nowait()
             except queue.Empty:
                 break
             if isinstance(ev, Step):
+                recorded = True
                 run = self.session.get(ev.run_id)
                 if run is not None and ev.trace is not None:
                     run.steps.append(ev.trace)
@@ -306,6 +327,8 @@ class Playground(QObject):
                 new_steps = []
                 self._handle(ev)
         self._emit_steps(new_steps)
+        if recorded:
+            self.steps_recorded.emit()
 
     def _emit_steps(self, steps: list[Step]) -> None:
         if not steps:
@@ -325,9 +348,11 @@ class Playground(QObject):
         return n, rate, ttft, self._kv_bytes
 
     def _current(self, request_id: int) -> bool:
-        return self._request is not None and request_id == self._request.id
+        return self._submitted.has(request_id)
 
     def _handle(self, ev: object) -> None:
+        if isinstance(ev, (Loading, Loaded)) and self._submitted.beside(ev.request_id):
+            return  # a model beside the window's (for a group's runs): the model bar and tokenizer stay the window's
         if isinstance(ev, Loading):
             self.loading.emit(ev.message, ev.done, ev.total)
         elif isinstance(ev, Loaded):
@@ -348,7 +373,7 @@ class Playground(QObject):
             if run is not None:
                 run.finished = ev
                 self.session_changed.emit()
-            if self._current(ev.request_id) and all(not r.running for r in self.session.of_request(ev.request_id)):
+            if self._current(ev.request_id) and self._submitted.ended(self.session):
                 self._set_busy(False)
             if run is not None and run is self.shown:
                 self._follow.stop()  # the last redraw is due now, with every step in: never skipped
@@ -361,11 +386,12 @@ class Playground(QObject):
         elif isinstance(ev, (Drafted, Speculated)):
             self.drafted.emit(ev)
         elif isinstance(ev, Failed):
-            for run in self.session.of_request(ev.request_id):
-                if run.running:
-                    run.finished = Finished(ev.request_id, "error", Metrics(), None, run.id, run.sequence)
-            if self._current(ev.request_id):  # (a failed score leaves the request in progress running)
+            if fail_runs(self.session, ev):
+                self.session_changed.emit()
+            if self._current(ev.request_id) and self._submitted.ended(self.session):  # (a failed score: no)
                 self._set_busy(False)
+            if self._submitted.beside(ev.request_id):
+                return  # the model beside the window's failed: its runs say why, the others go on
             if ev.opt_in:
                 self.opt_in_needed.emit(ev.message, ev.opt_in)
             else:

@@ -1,20 +1,22 @@
-"""The prompt set window: a table of prompts (pasted, typed, or loaded from CSV / JSON Lines), each run under the
-window's settings and model, and a table of the results, exported as CSV, JSON Lines or Markdown.
+"""The prompt set window: a table of prompts (pasted, typed, or loaded from CSV / JSON Lines), run under the
+window's settings, the side-by-side view's columns or the sweep's selected cell (`prompt_set_targets`), and a table
+of the results, one row per prompt × settings × sample, exported as CSV, JSON Lines or Markdown.
 
-Prompts run one after another through the `Playground` (one request per prompt, N samples of it decoded together),
-so every sample is a run of the session; Stop ends the set after the prompt in progress. Every number shown is
-`app.core.compare`'s, computed once per prompt when its samples are done; the writers are `app.core.prompt_sets`'s.
-The set itself is saved and opened as its own JSON Lines file (Save set… / Load…), not inside the session file.
+Runs go one after another through the `Playground` (one request per prompt and settings, N samples of it decoded
+together), so every sample is a run of the session; Stop ends the set after the run in progress. Every number shown
+is `app.core.compare`'s, computed once per run when its samples are done; the writers are `app.core.prompt_sets`'s.
+The set and its last results are part of the session (`Session.prompt_set`: saved in its file, back on open and
+in autosave recovery; an edit marks the session modified); Save set… also writes the prompts alone as a file.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
+    QComboBox,
     QFileDialog,
     QHBoxLayout,
     QLabel,
@@ -32,41 +34,48 @@ from app.core.compare import compare
 from app.core.events import Message, Request
 from app.core.prompt_sets import (
     PromptResult,
+    PromptSet,
     export_results,
     parse_pasted,
     read_prompt_set,
     write_prompt_set,
 )
 from app.core.settings import SamplerSettings, SettingsError
+from app.ui.prompt_results_table import PromptResultsTable
+from app.ui.prompt_set_targets import (
+    COLUMNS,
+    SOURCES,
+    SWEEP_CELL,
+    Target,
+    column_targets,
+    sweep_cell_targets,
+    window_targets,
+)
 
 if TYPE_CHECKING:
     from app.ui.playground import Playground
 
 MAX_SAMPLES = 16
-RESULT_COLUMNS = ("#", "sample", "tokens", "mean logprob", "perplexity", "prompt", "output")
-PROMPT, OUTPUT = 5, 6  # the text columns
+ROW_PX = 22  # a table row's height
 EXPORT_FILTERS = {"CSV (*.csv)": "csv", "JSON Lines (*.jsonl)": "jsonl", "Markdown (*.md)": "md"}
 EMPTY = ("Paste prompts (one per line, or blocks separated by a blank line) and press Add, or Load a CSV / JSON "
-         "Lines file; then Run set runs each prompt under the window's settings and model.")
-
-
-def number(x: float | None, digits: int = 3) -> str:
-    """A statistic as the results table shows it ("—": not measured)."""
-    return "—" if x is None else "∞" if math.isinf(x) else f"{x:.{digits}f}"
+         "Lines file; then Run set runs each prompt under the settings chosen in “run against”.")
 
 
 @dataclass
 class PromptRun:
-    """A prompt of the set being run: its row, its request once started, its samples' results once done."""
+    """One prompt of the set under one target: its row, its request once started, its samples' results once done."""
 
     index: int
     prompt: str
+    target: Target
     request: Request | None = None
     results: tuple[PromptResult, ...] | None = None
 
 
 class PromptSetView(QWidget):
-    """Paste box, the prompts table (editable), N, Run set / Stop / Export, progress, the results table."""
+    """Paste box, the prompts table (editable), what to run against, N, Run set / Stop / Export, progress, and the
+    results table."""
 
     failed = Signal(str)  # a line a person can act on (an empty set, a file that cannot be read or written)
 
@@ -74,37 +83,40 @@ class PromptSetView(QWidget):
         super().__init__(parent, Qt.WindowType.Window)
         self.setWindowTitle("Prompt set — Logit Lab")
         self.pg = playground
+        self._tools: dict[str, Any] = getattr(parent, "tools", {})  # the window's views by name: "side", "sweep"
         self.jobs: list[PromptRun] = []
-        self._settings = SamplerSettings()  # the run's: the window's, with one seed for every prompt
-        self._running = self._stopping = False
+        self._results: list[PromptResult] = []  # the last run's, in the order they finished (or the session's)
+        self._running = self._stopping = self._filling = False
+        self._n = 1  # samples per prompt of the run in progress
         self.paste = QPlainTextEdit(placeholderText="Paste prompts here: one per line, or blocks separated by a "
                                     "blank line")
         self.add_button = QPushButton("Add", toolTip="Add the pasted prompts to the set")
         self.load_button = QPushButton("Load…", toolTip="Add the prompts of a CSV (a prompt column) or JSON Lines file")
-        self.save_button = QPushButton("Save set…", toolTip="Save the prompts as a JSON Lines file (Load reads it)")
+        self.save_button = QPushButton("Save set…", toolTip="Write the prompts alone as a JSON Lines file (Load reads "
+                                       "it); the session keeps the set and its results in any case")
         self.new_row_button = QPushButton("New row")
         self.remove_button = QPushButton("Remove rows", toolTip="Remove the selected prompts")
         self.prompts = QTableWidget(0, 1, selectionBehavior=QTableWidget.SelectionBehavior.SelectRows)
+        self.against = QComboBox(toolTip="The settings each prompt runs under: the sampler panel's, each column of "
+                                 "Side by side (as its form holds it), or the cell last clicked in Sweep")
+        self.against.addItems(list(SOURCES))
         self.count = QSpinBox(minimum=1, maximum=MAX_SAMPLES, value=1, prefix="N = ",
-                              toolTip="Samples per prompt, decoded together (sample i with seed + i)")
+                              toolTip="Samples per prompt and settings, decoded together (sample i with seed + i)")
         self.run_button = QPushButton("Run set")
         self.stop_button = QPushButton("Stop", enabled=False)
         self.export_button = QPushButton("Export…", enabled=False, toolTip="The results as CSV, JSON Lines or "
                                          "Markdown")
         self.status = QLabel(EMPTY, wordWrap=True)
-        self.table = QTableWidget(0, len(RESULT_COLUMNS), editTriggers=QTableWidget.EditTrigger.NoEditTriggers,
-                                  selectionBehavior=QTableWidget.SelectionBehavior.SelectRows)
+        self.table = PromptResultsTable()
         self._layout()
         self._wire()
+        self._restore()
 
     def _layout(self) -> None:
         self.prompts.setHorizontalHeaderLabels(["prompt"])
         self.prompts.horizontalHeader().setStretchLastSection(True)
-        self.table.setHorizontalHeaderLabels(RESULT_COLUMNS)
-        self.table.verticalHeader().hide()
-        self.table.horizontalHeader().setStretchLastSection(True)
-        self.table.setWordWrap(False)
-        self.paste.setMaximumHeight(90)
+        self.prompts.verticalHeader().setDefaultSectionSize(ROW_PX)
+        self.paste.setMaximumHeight(72)
         edit = QHBoxLayout()
         for w in (self.add_button, self.load_button, self.save_button, self.new_row_button, self.remove_button):
             edit.addWidget(w)
@@ -116,7 +128,8 @@ class PromptSetView(QWidget):
         tb.addLayout(edit)
         tb.addWidget(self.prompts, 1)
         controls = QHBoxLayout()
-        for w in (self.count, self.run_button, self.stop_button, self.export_button):
+        for w in (QLabel("run against"), self.against, self.count, self.run_button, self.stop_button,
+                  self.export_button):
             controls.addWidget(w)
         controls.addStretch(1)
         bottom = QWidget()
@@ -128,7 +141,8 @@ class PromptSetView(QWidget):
         split = QSplitter(Qt.Orientation.Vertical, childrenCollapsible=False)
         split.addWidget(top)
         split.addWidget(bottom)
-        split.setSizes([260, 340])
+        split.setSizes([240, 360])
+        split.setStretchFactor(1, 1)  # a taller window gives its height to the results
         QVBoxLayout(self).addWidget(split)
         self.resize(900, 600)
 
@@ -138,12 +152,14 @@ class PromptSetView(QWidget):
         self.save_button.clicked.connect(self._choose_save)
         self.new_row_button.clicked.connect(lambda: self._append([""], edit=True))
         self.remove_button.clicked.connect(self.remove_selected)
+        self.prompts.itemChanged.connect(lambda _item: self._store())
+        self.against.currentTextChanged.connect(lambda _t: self._describe_against())
         self.run_button.clicked.connect(self.run)
         self.stop_button.clicked.connect(self.stop)
         self.export_button.clicked.connect(self._choose_export)
         self.pg.session_changed.connect(self._score)
         self.pg.busy_changed.connect(lambda busy: None if busy or not self._running else self._start_next())
-        self.pg.session_replaced.connect(self._forget)
+        self.pg.session_replaced.connect(self._restore)
         self.pg.failed.connect(lambda _message: self._halt())
 
     # the set ----------------------------------------------------------------------------------------------
@@ -153,8 +169,8 @@ class PromptSetView(QWidget):
         return [it.text() for it in items if it is not None and it.text().strip()]
 
     def set_prompts(self, prompts: list[str] | tuple[str, ...]) -> None:
-        self.prompts.setRowCount(0)
-        self._append(prompts)
+        self._rows(prompts, clear=True)
+        self._store()
 
     def add_pasted(self) -> bool:
         """Add the paste box's prompts to the set and empty it; with nothing in it, say so (False)."""
@@ -177,6 +193,7 @@ class PromptSetView(QWidget):
         return True
 
     def save_set(self, path: str) -> bool:
+        """Write the prompts alone as their own JSON Lines file (an export: the session keeps the set anyway)."""
         try:
             write_prompt_set(path, self.prompt_list())
         except OSError as e:
@@ -186,14 +203,44 @@ class PromptSetView(QWidget):
     def remove_selected(self) -> None:
         for row in sorted({i.row() for i in self.prompts.selectedIndexes()}, reverse=True):
             self.prompts.removeRow(row)
+        self._store()
 
     def _append(self, prompts: list[str] | tuple[str, ...], edit: bool = False) -> None:
-        for p in prompts:
-            row = self.prompts.rowCount()
-            self.prompts.insertRow(row)
-            self.prompts.setItem(row, 0, QTableWidgetItem(p))
+        self._rows(prompts)
+        self._store()
         if edit and prompts:
             self.prompts.editItem(self.prompts.item(self.prompts.rowCount() - 1, 0))
+
+    def _rows(self, prompts: list[str] | tuple[str, ...], clear: bool = False) -> None:
+        """Put `prompts` after the table's rows (`clear`: in their place); not an edit until `_store`."""
+        self._filling = True
+        if clear:
+            self.prompts.setRowCount(0)
+        for p in prompts:
+            self.prompts.insertRow(self.prompts.rowCount())
+            self.prompts.setItem(self.prompts.rowCount() - 1, 0, QTableWidgetItem(p))
+        self._filling = False
+
+    def _store(self) -> None:
+        """Keep the set and its results in the session (what its file saves); a change marks it modified."""
+        if self._filling:
+            return
+        prompts, results = tuple(self.prompt_list()), tuple(self._results)
+        kept = PromptSet(prompts, results) if prompts or results else None
+        if kept != self.pg.session.prompt_set:
+            self.pg.session.prompt_set = kept
+            self.pg.session_changed.emit()
+
+    def _restore(self) -> None:
+        """Show the session's set and its last results (on opening, and when another session replaces it)."""
+        kept = self.pg.session.prompt_set or PromptSet()
+        self.jobs, self._results = [], list(kept.results)
+        self._set_running(False)
+        self._rows(kept.prompts, clear=True)
+        self.table.show_results(self._results)
+        self.export_button.setEnabled(bool(self._results))
+        self.status.setText(f"{len(self._results)} results of the set's last run, as the session saved them"
+                            if self._results else EMPTY)
 
     def _refuse(self, message: str) -> bool:
         self.status.setText(message)
@@ -202,50 +249,82 @@ class PromptSetView(QWidget):
 
     # running ----------------------------------------------------------------------------------------------
     def run(self) -> bool:
-        """Run every prompt of the set under the window's settings (one seed for all); False if it cannot."""
+        """Run every prompt of the set under each target settings ("run against"); False if it cannot."""
         prompts = self.prompt_list()
         if not prompts:
             return self._refuse("the set is empty: paste prompts and press Add, or Load a file")
-        settings = self.pg.checked_settings()
-        if settings is None or (self.pg.busy and not self.pg.loading_only):
+        base = self.pg.checked_settings()
+        if base is None or (self.pg.busy and not self.pg.loading_only):
             return False
-        self._settings = settings.with_(seed=self.pg.editing.next_run_seed())
-        self.jobs, self._stopping = [PromptRun(i, p) for i, p in enumerate(prompts)], False
-        self.table.setRowCount(0)
+        try:
+            targets = self.targets(base)
+        except SettingsError as e:
+            return self._refuse(str(e))
+        self.jobs = [PromptRun(i, p, t) for i, p in enumerate(prompts) for t in targets]
+        self._results, self._stopping, self._n = [], False, self.count.value()
+        self.table.show_results([])
+        self._store()
         self._set_running(True)
         return self._start_next()
 
+    def targets(self, base: SamplerSettings) -> list[Target]:
+        """The settings the set runs under, as "run against" says, over the panel's `base` (SettingsError: none)."""
+        source = self.against.currentText()
+        if source == COLUMNS:
+            return column_targets(self._view("side"), base, self.pg.editing.model)
+        if source == SWEEP_CELL:
+            return sweep_cell_targets(self._view("sweep"))
+        return window_targets(base.with_(seed=self.pg.editing.next_run_seed()))
+
     def stop(self) -> None:
-        """Stop the prompt in progress; the prompts not started are not run."""
+        """Stop the run in progress; the runs not started are not run."""
         self._stopping = True
         self.pg.stop()
 
     def results(self) -> list[PromptResult]:
-        """Every finished sample, prompt by prompt, in sample order."""
-        return [r for job in self.jobs if job.results for r in job.results]
+        """The last run's results, prompt by prompt, settings by settings, in sample order."""
+        return list(self._results)
 
     def export(self, path: str, kind: str | None = None) -> bool:
         """Write the results (`prompt_sets.export_results`: kind "csv", "jsonl" or "md", else by suffix)."""
         try:
-            export_results(path, self.results(), kind)
+            export_results(path, self._results, kind)
         except OSError as e:
             return self._refuse(f"cannot write {path}: {e.strerror or e}")
-        self.status.setText(f"exported {len(self.results())} results to {path}")
+        self.status.setText(f"exported {len(self._results)} results to {path}")
         return True
 
-    def _request(self, prompt: str) -> Request:
-        base = self.pg.make_request(self._settings)
+    def _view(self, name: str) -> Any:
+        action = self._tools.get(name)
+        return None if action is None else action.view
+
+    def _describe_against(self) -> None:
+        """Say what the chosen settings are now (or why there are none yet)."""
+        if self._running:
+            return
+        source = self.against.currentText()
+        if source not in (COLUMNS, SWEEP_CELL):
+            self.status.setText("runs against the sampler panel's settings (its seed, or a new one unless locked)")
+            return
+        try:
+            self.status.setText("runs against " + " · ".join(t.label for t in self.targets(self.pg.editing.settings)))
+        except SettingsError as e:
+            self.status.setText(str(e))
+
+    def _request(self, job: PromptRun) -> Request:
+        settings = job.target.settings
+        base = self.pg.make_request(settings)
         messages = None if base.messages is None else (
-            *(m for m in base.messages if m.role == "system"), Message("user", prompt))
-        return Request(model=base.model, prompt=prompt, messages=messages, settings=self._settings,
-                       top_n=base.top_n, n=self.count.value())
+            *(m for m in base.messages if m.role == "system"), Message("user", job.prompt))
+        return Request(model=job.target.model or base.model, prompt=job.prompt, messages=messages, settings=settings,
+                       top_n=base.top_n, n=self._n)
 
     def _start_next(self) -> bool:
         nxt = next((j for j in self.jobs if j.request is None), None)
         if nxt is None or self._stopping:
             self._set_running(False)
             return False
-        nxt.request = self._request(nxt.prompt)
+        nxt.request = self._request(nxt)
         if not self.pg.generate(nxt.request):
             nxt.request = None
             self._set_running(False)
@@ -254,16 +333,18 @@ class PromptSetView(QWidget):
         return True
 
     def _score(self) -> None:
-        """A run finished: if it completes the prompt in progress, take `compare`'s statistics of its samples."""
+        """A run finished: if it completes the one in progress, take `compare`'s statistics of its samples."""
         job = next((j for j in self.jobs if j.request is not None and j.results is None), None)
         if job is None:
             return
         traces = self.pg.session.finished_traces(job.request.id)
         if traces is None:
             return
-        job.results = tuple(PromptResult(job.index, job.prompt, s) for s in compare(traces).samples)
-        self._add_rows(job.results)
+        job.results = tuple(PromptResult(job.index, job.prompt, job.target.label, s) for s in compare(traces).samples)
+        self._results.extend(job.results)
+        self.table.add(job.results)
         self._progress()
+        self._store()
 
     def _halt(self) -> None:
         if self._running:
@@ -273,7 +354,8 @@ class PromptSetView(QWidget):
         self._running = running
         self.run_button.setEnabled(not running)
         self.stop_button.setEnabled(running)
-        self.export_button.setEnabled(not running and bool(self.results()))
+        self.against.setEnabled(not running)
+        self.export_button.setEnabled(not running and bool(self._results))
         if not running:
             self._progress()
 
@@ -283,41 +365,19 @@ class PromptSetView(QWidget):
         done = sum(j.results is not None for j in self.jobs)
         word = ("done, running the next…" if self._running and not self._stopping
                 else "done, stopped" if done < len(self.jobs) else "done")
-        self.status.setText(f"{done} of {len(self.jobs)} prompts {word} · {self.count.value()} samples each · "
-                            f"temperature {self._settings.temperature:g}, seed {self._settings.seed}")
+        prompts, targets = len({j.index for j in self.jobs}), list(dict.fromkeys(j.target.label for j in self.jobs))
+        self.status.setText(f"{done} of {len(self.jobs)} runs {word} · {prompts} prompts × {len(targets)} settings · "
+                            f"{self._n} samples each · against {' · '.join(targets)}")
 
-    def _forget(self) -> None:
-        """Another session was opened: its runs are gone, the results with them (the prompts stay)."""
-        self.jobs = []
-        self.table.setRowCount(0)
-        self._set_running(False)
-        self.status.setText(EMPTY)
-
-    # drawing ----------------------------------------------------------------------------------------------
-    def _add_rows(self, results: tuple[PromptResult, ...]) -> None:
-        for r in results:
-            s = r.sample
-            row = self.table.rowCount()
-            self.table.insertRow(row)
-            cells = (str(r.index + 1), str(s.sequence + 1), str(s.length), number(s.mean_logprob),
-                     number(s.perplexity, 2), r.prompt.replace("\n", "↵"), s.text.replace("\n", "↵"))
-            for col, text in enumerate(cells):
-                item = QTableWidgetItem(text)
-                item.setToolTip(s.text if col == OUTPUT else r.prompt if col == PROMPT else "")
-                if col < PROMPT:
-                    item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-                self.table.setItem(row, col, item)
-        self.table.resizeColumnsToContents()
-        self.table.setColumnWidth(PROMPT, min(self.table.columnWidth(PROMPT), 240))
-        self.table.horizontalHeader().setStretchLastSection(True)
-
+    # dialogs ----------------------------------------------------------------------------------------------
     def _choose_load(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Load prompts", "", "Prompt sets (*.csv *.jsonl *.json);;All (*)")
         if path:
             self.load(path)
 
     def _choose_save(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Save the prompt set", "prompts.jsonl", "JSON Lines (*.jsonl)")
+        path, _ = QFileDialog.getSaveFileName(self, "Save the prompts as a file", "prompts.jsonl",
+                                              "JSON Lines (*.jsonl)")
         if path:
             self.save_set(path)
 

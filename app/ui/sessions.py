@@ -20,6 +20,7 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QMenu, QMessageBox, QWidget
 
 from app.core import session_file
+from app.core.run_group import SIDE_BY_SIDE
 from app.core.session_file import SavedSession, SessionFormatError
 from app.ui.autosave import Autosave
 from app.ui.banner import Banner
@@ -93,13 +94,15 @@ class Sessions(QObject):
         return SavedSession(prompt=e.prompt.text, messages=e.prompt.messages, chat=e.prompt.chat,
                             settings=e.settings, model=e.model.source, backend=e.model.backend,
                             runs=session_file.runs_of(self.pg.session),
+                            groups=session_file.groups_of(self.pg.session), prompt_set=self.pg.session.prompt_set,
                             shown=shown.id if shown is not None and shown.trace is not None else None, origin=origin)
 
     def state(self) -> tuple:
         """What a save would keep, less the traces (a finished run's never change): compared to see changes."""
         e = self.editing
         runs = tuple((r.id, r.name, r.parent) for r in self.pg.session.runs.values() if r.trace is not None)
-        return (e.prompt, e.settings, e.model.source, e.model.backend, runs)
+        return (e.prompt, e.settings, e.model.source, e.model.backend, runs, session_file.groups_of(self.pg.session),
+                self.pg.session.prompt_set)
 
     @property
     def modified(self) -> bool:
@@ -127,7 +130,14 @@ class Sessions(QObject):
         e.set_prompt(Prompt(doc.prompt, doc.messages, doc.chat))
         e.set_settings(doc.settings)
         e.set_model(replace(e.model, source=doc.model, backend=doc.backend))
+        self._show_groups()
         return True
+
+    def _show_groups(self) -> None:
+        """A session saved with side-by-side columns opens their view (Run ▸ Side by side…), which shows them."""
+        tool = getattr(self.w, "tools", {}).get("side")
+        if tool is not None and any(g.kind == SIDE_BY_SIDE for g in self.pg.session.groups):
+            tool.open()
 
     def _unsaved(self) -> SavedSession | None:
         """What the autosave keeps: the session with unsaved changes, None without."""

@@ -1,75 +1,79 @@
-"""The side-by-side window: 2–4 columns on one prompt and one model, each under its own sampler settings.
+"""The side-by-side window: 2–4 columns on one prompt, each under its own sampler settings and, if chosen, its own
+model, streaming together.
 
-Each column is one request through the `Playground`, sent one after another (the model thread runs one at a
-time; after the first, the prompt's KV cache is reused), so every column is a run of the session (saved, reopened
-and exported like any run). The output is aligned by step, one row per step and one column per run, streaming in
-as steps arrive; the first divergence (`side_by_side.first_divergence`) is marked. One step cursor for all: the
-chart overlays that step of every column (`side_by_side.overlay`, drawn by `OverlayChart` as recorded).
+The columns are one `Playground.generate_together`: those on the window's model decode in one batch, a column on
+another model (local, or a server's) runs beside it, and every column is a run of the session (saved, reopened and
+exported like any run). The runs are kept as a `RunGroup` of the session, so a reopened session brings the columns
+back. The output is aligned by step (`AlignedTable`), filled as steps arrive, the first divergence marked
+(`side_by_side.first_divergence`); one step cursor for all: the charts overlay that step of the columns that share
+a model, one chart per model (`ModelCharts`). A column whose model fails says why in its column; the others go on.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QBrush, QColor, QResizeEvent
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
     QComboBox,
     QGridLayout,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QPushButton,
     QSpinBox,
     QSplitter,
-    QTableWidget,
-    QTableWidgetItem,
     QVBoxLayout,
     QWidget,
 )
 
-from app.core.events import Request
-from app.core.settings import SamplerSettings, SettingsError
-from app.core.side_by_side import MAX_COLUMNS, MIN_COLUMNS, Divergence, first_divergence, overlay
+from app.core.models import ModelSpec
+from app.core.run_group import SIDE_BY_SIDE, GroupColumn, RunGroup
+from app.core.settings import SettingsError
+from app.core.side_by_side import MAX_COLUMNS, MIN_COLUMNS, first_divergence, model_groups, overlay, step_keys
+from app.ui.aligned_table import AlignedTable
 from app.ui.column_form import ColumnForm
-from app.ui.formatting import DIVERGED, format_prob, visible
-from app.ui.overlay_chart import COLUMN_COLORS, NAMES, OverlayChart
+from app.ui.column_model import ModelSources, short_name
+from app.ui.model_charts import ModelCharts
+from app.ui.overlay_chart import COLUMN_COLORS, NAMES
 
 if TYPE_CHECKING:
-    from app.core.record import StepTrace
+    from collections.abc import Callable
+
+    from app.core.events import Request
     from app.core.session import Run
+    from app.core.side_by_side import Divergence
     from app.ui.playground import Playground
 
-EMPTY = "Set each column's settings, then Run side by side: the prompt, one run per column, aligned by step"
-MARK = QColor(DIVERGED.red(), DIVERGED.green(), DIVERGED.blue(), 70)  # the first divergence's row
+EMPTY = "Set each column's settings (and model), then Run side by side: one run per column, streaming together"
 FORM_GAP = 8  # px between two forms
 DISTRIBUTIONS = {"sampled from": "final", "model (raw)": "raw"}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Column:
-    """A column once started: its settings and its request (one run)."""
+    """A column once started (or reopened): its run, its label, and its model (None: the window's)."""
 
-    settings: SamplerSettings
-    request: Request | None = None
+    run_id: int
+    label: str
+    model: ModelSpec | None = None
 
 
 class SideBySideView(QWidget):
-    """Columns' forms, Run / Stop, the aligned output (a table: rows are steps) and the overlaid step chart."""
+    """Columns' forms, Run / Stop, the aligned output (a table: rows are steps) and the charts, one per model."""
 
     def __init__(self, playground: Playground, parent: QWidget | None = None) -> None:
         super().__init__(parent, Qt.WindowType.Window)
         self.setWindowTitle("Side by side — Logit Lab")
         self.pg = playground
         self.columns: list[Column] = []
-        self.divergence: Divergence | None = None
         self.step: int | None = None  # the step cursor (None: the first divergence, else the latest step)
         self._running = False
-        self._filled: list[int] = []  # steps shown per column: appending only what is new
         self._placed = (0, 0)  # (forms shown, forms per row)
         self.count = QSpinBox(minimum=MIN_COLUMNS, maximum=MAX_COLUMNS, value=2, suffix=" columns")
-        self.forms = [ColumnForm(NAMES[c], COLUMN_COLORS[c]) for c in range(MAX_COLUMNS)]
+        sources = model_sources(parent)
+        self.forms = [ColumnForm(NAMES[c], COLUMN_COLORS[c], sources) for c in range(MAX_COLUMNS)]
         self.reset_button = QPushButton("Reset to the panel", toolTip="Every column back to the sampler panel's "
                                         "settings")
         self.run_button = QPushButton("Run side by side")
@@ -78,14 +82,13 @@ class SideBySideView(QWidget):
                                       "model's own")
         self.distribution.addItems(list(DISTRIBUTIONS))
         self.status = QLabel(EMPTY, wordWrap=True)
-        self.table = QTableWidget(0, MIN_COLUMNS, editTriggers=QTableWidget.EditTrigger.NoEditTriggers,
-                                  selectionBehavior=QTableWidget.SelectionBehavior.SelectRows,
-                                  selectionMode=QTableWidget.SelectionMode.SingleSelection)
-        self.chart = OverlayChart()
+        self.table = AlignedTable()
+        self.charts = ModelCharts()
         self._layout()
         self._wire()
         self.reset_forms()
         self._set_count(self.count.value())
+        self.restore()
 
     def _layout(self) -> None:
         top = QHBoxLayout()
@@ -94,11 +97,9 @@ class SideBySideView(QWidget):
             top.addWidget(w)
         top.addStretch(1)
         self.form_grid = QGridLayout()
-        self.table.verticalHeader().setDefaultSectionSize(22)
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
         split = QSplitter(Qt.Orientation.Horizontal, childrenCollapsible=False)
         split.addWidget(self.table)
-        split.addWidget(self.chart)
+        split.addWidget(self.charts)
         split.setSizes([420, 480])
         box = QVBoxLayout(self)
         box.addLayout(top)
@@ -115,11 +116,13 @@ class SideBySideView(QWidget):
         self.distribution.currentTextChanged.connect(lambda _t: self._draw_chart())
         self.table.currentCellChanged.connect(lambda row, _c, _r, _pc: self.select_step(row if row >= 0 else None))
         self.table.cellDoubleClicked.connect(self.open_cell)
-        self.pg.steps_appended.connect(lambda _steps: self._sync())
+        self.pg.steps_recorded.connect(self._sync)  # every column's steps, shown run or not
         self.pg.session_changed.connect(self._sync)
-        self.pg.busy_changed.connect(lambda busy: None if busy or not self._running else self._start_next())
-        self.pg.session_replaced.connect(self._forget)
-        self.pg.failed.connect(lambda _message: self._set_running(False))  # a model that fails fails every column
+        self.pg.busy_changed.connect(lambda busy: None if busy or not self._running else self._ended())
+        self.pg.session_replaced.connect(self.restore)
+        self.pg.editing.model_changed.connect(lambda _spec: self._show_empty())
+        for f in self.forms:
+            f.model.currentIndexChanged.connect(lambda _i: self._show_empty())
 
     # verbs ------------------------------------------------------------------------------------------------
     def reset_forms(self) -> None:
@@ -128,31 +131,41 @@ class SideBySideView(QWidget):
             f.set_settings(self.pg.editing.settings)
 
     def run(self) -> bool:
-        """Start one run per column on the editing state's prompt and model; False (the status says why) if the
-        panel's settings are not valid or a run is in progress."""
+        """Start every column together on the editing state's prompt, each on its settings and model; False (the
+        status says why) if the settings are not valid or a run is in progress."""
         base = self.pg.checked_settings()
         if base is None or (self.pg.busy and not self.pg.loading_only):
             self.status.setText("A run is in progress: wait for it, or Stop it." if base else "The sampler panel's "
                                 "settings are not valid (the window's banner says why).")
             return False
+        forms = self.forms[: self.count.value()]
         try:
-            settings = [f.settings(base) for f in self.forms[: self.count.value()]]
+            requests = [replace(self.pg.make_request(f.settings(base)), model=f.model.spec(self.pg.editing.model))
+                        for f in forms]
         except SettingsError as e:
             self.status.setText(str(e))
             return False
-        self._clear()
-        self.columns = [Column(s) for s in settings]
-        self._filled = [0] * len(settings)
+        if not self.pg.generate_together(requests):
+            self.status.setText("A run is in progress: wait for it, or Stop it.")
+            return False
+        self._started(requests, forms)
+        return True
+
+    def _started(self, requests: list[Request], forms: list[ColumnForm]) -> None:
+        group = RunGroup(tuple(GroupColumn(r.id, f"{NAMES[c]}: {f.summary()}", f.model.choice() and r.model)
+                               for c, (r, f) in enumerate(zip(requests, forms, strict=True))), SIDE_BY_SIDE)
+        self.pg.session.groups.append(group)
+        for column in group.columns:
+            self.pg.branches.rename(column.run_id, column.label)
+        self._show_group(group)
         self._set_running(True)
-        return self._start_next()
 
     def stop(self) -> None:
-        """Stop the column in progress; the columns not started stay empty."""
-        self._set_running(False)
+        """Stop every column (what each drew so far stays)."""
         self.pg.stop()
 
     def select_step(self, step: int | None) -> None:
-        """Move the one step cursor: the chart shows step `step` of every column."""
+        """Move the one step cursor: the charts show step `step` of every column."""
         if step != self.step:
             self.step = step
             self._draw_chart()
@@ -164,20 +177,32 @@ class SideBySideView(QWidget):
             self.pg.show_run(run.id)
             self.pg.select_step(row)
 
+    def restore(self) -> None:
+        """Show the session's last side-by-side group (a reopened session's), or nothing."""
+        self._set_running(False)
+        group = next((g for g in reversed(self.pg.session.groups) if g.kind == SIDE_BY_SIDE), None)
+        if group is None or any(self.pg.session.get(i) is None for i in group.run_ids):
+            self._clear()
+            return
+        self.count.setValue(min(max(len(group.columns), MIN_COLUMNS), MAX_COLUMNS))
+        for form, column in zip(self.forms, group.columns, strict=False):
+            run = self.pg.session.get(column.run_id)
+            form.set_settings(run.trace.settings if run.trace is not None else run.request.settings, own_order=True)
+            form.model.set_choice(column.model)
+        self._show_group(group)
+
     # running ----------------------------------------------------------------------------------------------
-    def _start_next(self) -> bool:
-        nxt = next((c for c in self.columns if c.request is None), None)
-        if nxt is None or not self._running:
-            self._set_running(False)
-            return False
-        nxt.request = self.pg.make_request(nxt.settings)
-        if not self.pg.generate(nxt.request):
-            nxt.request = None
-            self._set_running(False)
-            return False
-        i = self.columns.index(nxt)
-        self.pg.branches.rename(nxt.request.id, f"{NAMES[i]}: {self.forms[i].summary()}")
-        return True
+    def _show_group(self, group: RunGroup) -> None:
+        self.columns = [Column(c.run_id, c.label, c.model) for c in group.columns[:MAX_COLUMNS]]
+        self.step = None
+        models = [self._model(c) for c in range(len(self.columns))]
+        self._show_columns(models, [f"{col.label}\nmodel: {m.label}" for col, m in zip(self.columns, models,
+                                                                                        strict=True)])
+        self._sync()
+
+    def _ended(self) -> None:
+        self._set_running(False)
+        self._sync()
 
     def _set_running(self, running: bool) -> None:
         self._running = running
@@ -186,22 +211,20 @@ class SideBySideView(QWidget):
         self.count.setEnabled(not running)
 
     def _run(self, col: int) -> Run | None:
-        c = self.columns[col] if col < len(self.columns) else None
-        return self.pg.session.get(c.request.id) if c is not None and c.request is not None else None
+        return self.pg.session.get(self.columns[col].run_id) if col < len(self.columns) else None
+
+    def _model(self, col: int) -> ModelSpec:
+        run = self._run(col)
+        return run.request.model if run is not None else self.pg.editing.model
 
     def runs(self) -> list[Run | None]:
-        """Each column's run (None: not started)."""
+        """Each column's run (None: deleted from the session since)."""
         return [self._run(c) for c in range(len(self.columns))]
 
-    def _forget(self) -> None:
-        self._set_running(False)
-        self._clear()
-
     def _clear(self) -> None:
-        self.columns, self.divergence, self.step, self._filled = [], None, None, []
-        self.table.setRowCount(0)
+        self.columns, self.step = [], None
         self.status.setText(EMPTY)
-        self.chart.show_overlay(None, self.count.value())
+        self._show_empty()
 
     def _place_forms(self) -> None:
         """The shown forms in one row, or two rows where one would not fit the window's width."""
@@ -223,69 +246,63 @@ class SideBySideView(QWidget):
         super().resizeEvent(event)
         self._place_forms()
 
-    def _set_count(self, n: int) -> None:
+    def _set_count(self, _n: int) -> None:
         self._place_forms()
+        self._show_empty()
+
+    def _show_empty(self) -> None:
+        """Before a run: the columns' headers and charts as the forms' models will make them."""
         if not self.columns:
-            self.table.setColumnCount(n)
-            self.table.setHorizontalHeaderLabels(list(NAMES[:n]))
-            self.chart.show_overlay(None, n)
+            window = self.pg.editing.model
+            self._show_columns([f.model.spec(window) for f in self.forms[: self.count.value()]])
+
+    def _show_columns(self, models: list[ModelSpec], tips: list[str] | None = None) -> None:
+        """Headers (each column's model named where they differ) and one chart per model."""
+        several = len(set(models)) > 1
+        self.table.reset([f"{NAMES[c]} · {short_name(m)}" if several else NAMES[c] for c, m in enumerate(models)],
+                         tips or [])
+        groups = model_groups(models)
+        self.charts.set_groups(groups, [short_name(models[g[0]]) if several else "" for g in groups])
 
     # drawing ----------------------------------------------------------------------------------------------
     def _sync(self) -> None:
-        """Append the steps that arrived since the last call (every column), then mark and chart."""
-        if not self.columns:
-            return
+        """Append the steps that arrived since the last call (every column), then mark, say and chart."""
         runs = self.runs()
-        steps = [r.steps if r is not None else [] for r in runs]
-        rows = max(len(s) for s in steps)
-        if self.table.columnCount() != len(self.columns):
-            self.table.setColumnCount(len(self.columns))
-            self.table.setHorizontalHeaderLabels(list(NAMES[: len(self.columns)]))
-        if rows > self.table.rowCount():
-            self.table.setRowCount(rows)
-        for c, col_steps in enumerate(steps):
-            for k in range(self._filled[c], len(col_steps)):
-                self.table.setItem(k, c, self._cell(col_steps[k]))
-            self._filled[c] = len(col_steps)
-        done = [r is not None and not r.running for r in runs]
-        self._mark(first_divergence([[st.token_id for st in s] for s in steps], done), done)
-        self._status(runs)
+        if not self.columns or any(r is None for r in runs):
+            return
+        self.table.append([r.steps for r in runs])
+        failed = [c for c, r in enumerate(runs) if self._failed(r)]
+        for c in failed:
+            self.table.show_failure(c, runs[c].finished.message)
+        compared = [c for c in range(len(runs)) if c not in failed]
+        keys = step_keys([runs[c].steps for c in compared], len({self._model(c) for c in compared}) <= 1)
+        d = first_divergence(keys, [not runs[c].running for c in compared])
+        if d is not None and compared != list(range(len(runs))):  # back to every column, a failed one: None
+            tokens = dict(zip(compared, d.tokens, strict=True))
+            d = replace(d, tokens=tuple(tokens.get(c) for c in range(len(runs))))
+        self.table.mark(d, [not r.running for r in runs])
+        self._status(runs, failed)
         self._draw_chart()
 
-    def _cell(self, st: StepTrace) -> QTableWidgetItem:
-        item = QTableWidgetItem(visible(st.text))
-        p, kind = st.drawn_prob
-        item.setToolTip(f"step {st.step + 1}: {st.text!r}, p = {format_prob(p) if p is not None else '—'}"
-                        f"{' (model)' if kind == 'model' else ''}")
-        return item
+    @staticmethod
+    def _failed(run: Run) -> bool:
+        return run.finished is not None and run.finished.reason == "error" and not run.steps
 
-    def _mark(self, divergence: Divergence | None, done: list[bool]) -> None:
-        """Shade the row of the first divergence (and only it); a column that had ended there says so."""
-        if self.divergence is not None and divergence != self.divergence:
-            self._paint_row(self.divergence.step, None, done)
-        self.divergence = divergence
-        if divergence is not None:
-            self._paint_row(divergence.step, MARK, done)
+    @property
+    def divergence(self) -> Divergence | None:
+        """The first divergence marked (None: the columns agree so far)."""
+        return self.table.divergence
 
-    def _paint_row(self, row: int, color: QColor | None, done: list[bool]) -> None:
-        self.table.setVerticalHeaderItem(row, QTableWidgetItem(f"◆ {row + 1}" if color is not None else str(row + 1)))
-        for c in range(self.table.columnCount()):
-            item = self.table.item(row, c)
-            if item is None and color is not None and c < len(done) and done[c] and self._filled[c] <= row:
-                item = QTableWidgetItem("(ended)")
-                self.table.setItem(row, c, item)
-            if item is not None:
-                item.setBackground(QBrush(color) if color is not None else QBrush())
-
-    def _status(self, runs: list[Run | None]) -> None:
-        running = [NAMES[c] for c, r in enumerate(runs) if r is None or r.running]
+    def _status(self, runs: list[Run], failed: list[int]) -> None:
         d = self.divergence
         where = "the columns agree so far" if d is None else (
             f"first divergence{'' if d.settled else ' so far'} at step {d.step + 1}: "
-            + " · ".join(f"{NAMES[c]} {self._token_text(c, d.step)}" for c in range(len(runs))))
+            + " · ".join(f"{NAMES[c]} {self._token_text(c, d.step)}" for c in range(len(runs)) if c not in failed))
+        running = [NAMES[c] for c, r in enumerate(runs) if r.running]
         more = f" — running {', '.join(running)}" if running and self._running else ""
-        self.status.setText(f"{where}{more}. Click a row for that step's distributions; double-click a cell to "
-                            "open its run in the window.")
+        fails = "".join(f" {NAMES[c]} failed: {runs[c].finished.message}." for c in failed)
+        self.status.setText(f"{where}{more}.{fails} Click a row for that step's distributions; double-click a cell "
+                            "to open its run in the window.")
 
     def _token_text(self, col: int, step: int) -> str:
         run = self._run(col)
@@ -294,18 +311,32 @@ class SideBySideView(QWidget):
         return "(ended)" if run is not None and not run.running else "(not yet)"
 
     def shown_step(self) -> int | None:
-        """The step the chart shows: the cursor, else the first divergence, else the latest step."""
+        """The step the charts show: the cursor, else the first divergence, else the latest step."""
         if self.step is not None:
             return self.step
         if self.divergence is not None:
             return self.divergence.step
-        rows = self.table.rowCount()
+        rows = max(self.table.filled, default=0)
         return rows - 1 if rows else None
 
     def _draw_chart(self) -> None:
-        k = self.shown_step()
-        if k is None or not self.columns:
-            self.chart.show_overlay(None, self.count.value())
+        k, runs = self.shown_step(), self.runs()
+        if k is None or not self.columns or any(r is None for r in runs):
+            self.charts.draw([None] * len(self.charts.groups))
             return
-        steps = [r.steps[k] if r is not None and k < len(r.steps) else None for r in self.runs()]
-        self.chart.show_overlay(overlay(steps, k, DISTRIBUTIONS[self.distribution.currentText()]), len(steps))
+        steps = [r.steps[k] if k < len(r.steps) else None for r in runs]
+        how = DISTRIBUTIONS[self.distribution.currentText()]
+        self.charts.draw([overlay([steps[c] for c in g], k, how) for g in self.charts.groups])
+
+
+def model_sources(window: QWidget | None) -> Callable[[], ModelSources]:
+    """What the window's model bar knows of the user's models (recent, folders, its server), asked when a column's
+    model list is made or its picker opens; none without a model bar (a view made on its own)."""
+    bar = getattr(window, "model_bar", None)
+
+    def sources() -> ModelSources:
+        if bar is None:
+            return ModelSources()
+        return ModelSources(tuple(bar.recent), tuple(bar.folders), bar.remote.base_url())
+
+    return sources

@@ -1,9 +1,11 @@
 """The sweep window: N samples of the prompt under each cell of a grid over two settings, cells coloured by a
 chosen statistic as they finish.
 
-Cells run one after another through the `Playground` (each one request of N samples: one prefill, batched
-decode; after the first, the prompt's KV cache is reused), so every sample is a run of the session; Stop ends
-the sweep after the cell in progress. Clicking a finished cell asks for its samples (`samples_requested`).
+Each cell is one request of N samples; cells share the window's model and prompt, so they run in batches
+(`Playground.generate_together`: one prefill, one batched decode of every row) of at most `batch_rows` rows, one
+batch after another; every sample is a run of the session. A cell fills as its samples finish. Stop ends the batch in
+progress: its cells, and the cells not started, stay empty. Clicking a finished cell asks for its samples
+(`samples_requested`).
 The grid and every statistic are `app.core.compare`'s; this view only colours cells between the lowest and the
 highest value shown, and writes the table as CSV (File → Export's atomic writer).
 """
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
     from app.ui.playground import Playground
 
 DEFAULT_AXES = (("temperature", "0.2,0.7,1.2"), ("top_p", "0.8,0.95,1"))
+MAX_BATCH_ROWS = 64  # rows decoded together at most (a cell of N samples is N rows; a cell is never split)
 SHADES = 20
 
 
@@ -53,6 +56,7 @@ class CellRun:
     cell: Cell
     request: Request | None = None
     result: Comparison | None = None
+    stopped: bool = False  # its samples were cancelled (or failed) before they ended: no statistics
 
 
 class SweepView(QWidget):
@@ -69,6 +73,8 @@ class SweepView(QWidget):
         self.axes: tuple[Axis, Axis] | None = None
         self._stopping = False
         self._running = False
+        self.batch_rows = MAX_BATCH_ROWS
+        self.batches = 0  # batches submitted in this sweep
         self.names = [QComboBox() for _ in DEFAULT_AXES]
         self.values = [QLineEdit(v) for _, v in DEFAULT_AXES]
         for combo, (name, _) in zip(self.names, DEFAULT_AXES, strict=True):
@@ -133,13 +139,13 @@ class SweepView(QWidget):
             self.failed.emit(str(e))
             self.status.setText(str(e))
             return False
-        self.axes, self.cells, self._stopping = (axes[0], axes[1]), [CellRun(c) for c in cells], False
+        self.axes, self.cells, self._stopping, self.batches = (axes[0], axes[1]), [CellRun(c) for c in cells], False, 0
         self._make_grid()
         self._set_running(True)
         return self._start_next()
 
     def stop(self) -> None:
-        """Stop the cell in progress; the cells not started stay empty."""
+        """Stop the batch in progress; its cells and those not started stay empty."""
         self._stopping = True
         self.pg.stop()
 
@@ -168,32 +174,53 @@ class SweepView(QWidget):
 
     # running ----------------------------------------------------------------------------------------------
     def _start_next(self) -> bool:
-        nxt = next((cr for cr in self.cells if cr.request is None), None)
-        if nxt is None or self._stopping:
+        batch = self._next_batch()
+        if not batch or self._stopping:
+            self._set_running(False)
+            self._progress()
+            return False
+        for cr in batch:
+            base = self.pg.make_request(cr.cell.settings)
+            cr.request = Request(model=base.model, prompt=base.prompt, messages=base.messages,
+                                 settings=cr.cell.settings, top_n=base.top_n, n=self.count.value())
+        if not self.pg.generate_together([cr.request for cr in batch]):
+            for cr in batch:
+                cr.request = None
             self._set_running(False)
             return False
-        base = self.pg.make_request(nxt.cell.settings)
-        nxt.request = Request(model=base.model, prompt=base.prompt, messages=base.messages,
-                              settings=nxt.cell.settings, top_n=base.top_n, n=self.count.value())
-        if not self.pg.generate(nxt.request):
-            nxt.request = None
-            self._set_running(False)
-            return False
+        self.batches += 1
         self._progress()
         return True
 
+    def _next_batch(self) -> list[CellRun]:
+        """The next cells not started, as many as fit in `batch_rows` rows (at least one)."""
+        waiting = [cr for cr in self.cells if cr.request is None]
+        per_batch = max(1, self.batch_rows // self.count.value())
+        return waiting[:per_batch]
+
     def _score(self) -> None:
-        """A run finished somewhere: if it completes the cell in progress, score it (the next cell starts once the
-        model thread is free: `busy_changed`)."""
-        cr = next((c for c in self.cells if c.request is not None and c.result is None), None)
-        if cr is None:
-            return
-        traces = self.pg.session.finished_traces(cr.request.id)
-        if traces is None:
-            return
-        cr.result = compare(traces, self.pattern.text() or None)
+        """A run finished somewhere: score each started cell whose samples have all ended (the next batch starts
+        once the model thread is free: `busy_changed`); a cell stopped before its end stays empty."""
+        for cr in self.cells:
+            if cr.request is None or cr.result is not None or cr.stopped:
+                continue
+            traces = self.pg.session.finished_traces(cr.request.id)
+            if traces is None:
+                continue
+            runs = self.pg.session.of_request(cr.request.id)
+            if any(r.finished.reason in ("cancelled", "error") for r in runs):
+                cr.stopped = True
+                self._mark_stopped(cr)
+                continue
+            cr.result = compare(traces, self.pattern.text() or None)
         self._draw()
         self._progress()
+
+    def _mark_stopped(self, cr: CellRun) -> None:
+        item = self.grid.item(cr.cell.row, cr.cell.col)
+        if item is not None:
+            item.setText("stopped")
+            item.setToolTip("Stopped (or failed) before its samples ended: not scored")
 
     def _set_running(self, running: bool) -> None:
         self._running = running
@@ -204,8 +231,10 @@ class SweepView(QWidget):
     def _progress(self) -> None:
         done = sum(cr.result is not None for cr in self.cells)
         word = "stopped" if self._stopping else "done" if done == len(self.cells) else "running"
-        self.status.setText(f"{done} of {len(self.cells)} cells {word} · {self.count.value()} samples each · "
-                            "colour: red the lowest value shown, green the highest · click a cell for its samples")
+        batches = f"{self.batches} batch{'es' * (self.batches != 1)}"
+        self.status.setText(f"{done} of {len(self.cells)} cells {word} · {self.count.value()} samples each, "
+                            f"{batches} · colour: red the lowest value shown, green the highest · click a cell for "
+                            "its samples")
 
     def _forget(self) -> None:
         self.cells, self.axes = [], None

@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 from app.core import trace as traces
 from app.core.events import Finished, Message, Request
 from app.core.metrics import Metrics
+from app.core.models import ModelSpec
+from app.core.run_group import GroupColumn, RunGroup
 from app.core.session import Session
 from app.core.session_file import (
     MAX_RUN_ID,
@@ -25,6 +27,7 @@ from app.core.session_file import (
     SessionFormatError,
     encode,
     from_lines,
+    groups_of,
     load,
     runs_of,
     save,
@@ -358,3 +361,53 @@ def test_numbers_that_are_not_finite_are_saved_as_standard_json_and_read_back(tm
     back = load(tmp_path / "s.jsonl")
     assert list(encode(back)) == lines and back.runs[0].trace.steps[0].seconds == math.inf
     assert math.isnan(back.runs[0].trace.metrics.itl_p95_s) and back.runs[0].trace.metrics.ttft_s == -math.inf
+
+
+# Side-by-side groups: which runs were the columns, their labels and models, kept in the header.
+def grouped_doc() -> tuple[SavedSession, RunGroup]:
+    session, (a, b, c) = make_session()
+    draft = ModelSpec("/models/draft", "torch")
+    group = RunGroup((GroupColumn(c, "A: T 0"), GroupColumn(a, "B: T 1.2", draft)))
+    session.groups.append(group)
+    session.groups.append(RunGroup((GroupColumn(999, "a run never saved"),)))  # (all of its runs failed)
+    return replace(make_doc(session, [a, b, c]), groups=groups_of(session)), group
+
+
+def test_a_side_by_side_group_is_saved_and_reopened_with_its_columns_in_order(tmp_path: Path):
+    doc, group = grouped_doc()
+    assert doc.groups == (group,)  # a group none of whose runs left a trace is not saved
+    save(doc, tmp_path / "s.jsonl")
+    back = load(tmp_path / "s.jsonl")
+    assert back.groups == (group,)
+    session, _ = to_session(back)
+    assert session.groups == [group]
+    first, second = (session.get(i) for i in group.run_ids)
+    assert first.request.model == ModelSpec("/models/tiny", "torch")  # the session's model
+    assert second.request.model == ModelSpec("/models/draft", "torch")  # the column's own: forks run on it
+
+
+def test_a_file_without_groups_still_opens_and_a_group_naming_a_run_not_there_is_refused(tmp_path: Path):
+    path, lines = saved(tmp_path)
+    head = json.loads(lines[0])
+    del head["groups"]  # as files written before groups were kept
+    write(path, [json.dumps(head), *lines[1:]])
+    assert load(path).groups == () and to_session(load(path))[0].groups == []
+    write(path, edit_header(lines, groups=[{"kind": "side_by_side", "columns": [{"run": 12345}]}]))
+    with pytest.raises(SessionFormatError, match=rf"^{path}:1: a group names a run the file does not hold"):
+        load(path)
+    write(path, edit_header(lines, groups=[{"kind": "side_by_side", "columns": [{"run": "x"}]}]))
+    with pytest.raises(SessionFormatError, match=r"groups\[0\]\.columns\[0\]\.run must be a whole number"):
+        load(path)
+
+
+def test_groups_follow_runs_given_fresh_ids():
+    doc, group = grouped_doc()
+    big = tuple(replace(r, trace=replace(r.trace, run_id=MAX_RUN_ID + 1 + i, parent=None))
+                for i, r in enumerate(doc.runs))
+    renumber = {r.id: MAX_RUN_ID + 1 + i for i, r in enumerate(doc.runs)}
+    moved = RunGroup(tuple(replace(c, run_id=renumber[c.run_id]) for c in group.columns))
+    session, _ = to_session(replace(doc, runs=big, shown=None, groups=(moved,)))
+    (back,) = session.groups
+    assert [c.label for c in back.columns] == ["A: T 0", "B: T 1.2"]
+    assert [session.get(i).trace.token_ids for i in back.run_ids] == [
+        doc.runs[2].trace.token_ids, doc.runs[0].trace.token_ids]

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from app.core.record import Sample, StepTrace
 from app.core.sampling import resample
 from app.core.settings import SamplerSettings
-from app.core.side_by_side import Divergence, first_divergence, overlay
+from app.core.side_by_side import Divergence, first_divergence, model_groups, overlay, step_keys
 
 
 def test_the_first_step_where_tokens_differ():
@@ -80,3 +80,18 @@ def test_a_server_that_reported_the_other_distribution_shows_nothing():
     o = overlay([raw_only], 0, "final")
     assert o.candidates == () and o.drawn == (None,)
     assert overlay([raw_only], 0, "raw").probs[0, 0] == pytest.approx(math.exp(-0.1))
+
+
+def test_columns_are_grouped_by_model_in_order_of_their_first_column():
+    assert model_groups(["m", "d", "m", "s"]) == [(0, 2), (1,), (3,)]
+    assert model_groups(["m", "m"]) == [(0, 1)]
+
+
+def test_the_divergence_compares_ids_on_one_model_and_texts_across_models():
+    def step(token: int, text: str) -> StepTrace:
+        return StepTrace(0, Sample.partial(token, -0.1, [token], [-0.1]), text, (text,), 0.0)
+
+    a = [step(10, "x"), step(11, "y")]
+    b = [step(20, "x"), step(21, "z")]  # another model: other ids for the same text
+    assert step_keys([a, b], one_model=True) == [[10, 11], [20, 21]]
+    assert first_divergence(step_keys([a, b], one_model=False)) == Divergence(1, ("y", "z"))

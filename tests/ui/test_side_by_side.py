@@ -1,18 +1,26 @@
-"""Side by side in the real window: columns under their own settings stream as runs of the session, their first
-divergence is marked, and the overlaid chart draws each column's recorded step."""
+"""Side by side in the real window: columns under their own settings (and models) stream together as runs of the
+session, their first divergence is marked, the charts draw each column's recorded step (one chart per model), and
+a saved session brings the columns back."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
 from PySide6.QtCore import Qt
 
+from app.core import session_file
+from app.core.drafts import BUILTIN_DRAFT_PATH
+from app.core.models import BUILTIN_NAME, ModelSpec
 from app.core.settings import parse_order
 from app.core.side_by_side import first_divergence
 from app.ui.main_window import MainWindow
 from app.ui.side_by_side import SideBySideView
+from tests.ui.conftest import WINDOW_BACKEND
 
 RUN_TIMEOUT = 60_000
+DRAFT = ModelSpec(str(BUILTIN_DRAFT_PATH))
 
 
 def opened(w: MainWindow, max_tokens: int = 12) -> SideBySideView:
@@ -31,34 +39,74 @@ def ran(qtbot, w: MainWindow, view: SideBySideView) -> None:
                     and all(r is not None and not r.running for r in view.runs()), timeout=RUN_TIMEOUT)
 
 
-def test_the_forms_start_from_the_panel_s_settings(window):
+def watch(w: MainWindow, view: SideBySideView) -> list[tuple[tuple[int, bool], ...]]:
+    """The session as the first column to end ends: every column's (steps, still running), as the view-model
+    routes that run's `Finished` (events are routed in the order the model thread made them, so this is the order
+    of the events, whatever the frames)."""
+    seen: list[tuple[tuple[int, bool], ...]] = []
+
+    def look() -> None:
+        now = tuple((len(r.steps), r.running) for r in view.runs())
+        if not seen and len(now) > 1 and not all(running for _n, running in now):
+            seen.append(now)
+            assert view.table.filled == [n for n, _running in now]  # the table shows every step so far, live
+
+    w.playground.session_changed.connect(look)
+    return seen
+
+
+def streamed_together(seen: list[tuple[tuple[int, bool], ...]]) -> bool:
+    """When the first column ended, every column had steps and another was still running: their steps came
+    interleaved (one after another, the others would have none yet)."""
+    return len(seen) == 1 and all(n > 0 for n, _running in seen[0]) and any(running for _n, running in seen[0])
+
+
+def record(run, step: int, distribution: str = "sampled from") -> dict[int, float]:
+    sample = run.steps[step].sample
+    probs = sample.final_probs if distribution == "sampled from" else sample.raw_probs
+    return {int(t): float(p) for t, p in zip(sample.top_ids[: len(probs)], probs, strict=True)}
+
+
+@pytest.fixture
+def builtin_window(qtbot, store):
+    """The window on the built-in model (its draft, the other real model shipped in resources/, beside it)."""
+    w = MainWindow(settings=store, spec=ModelSpec(BUILTIN_NAME, WINDOW_BACKEND))
+    qtbot.addWidget(w)
+    w.show()
+    w.sampler.seed.setValue(3)
+    w.sampler.lock.setChecked(True)
+    qtbot.waitUntil(lambda: w.playground.info is not None, timeout=RUN_TIMEOUT)
+    yield w
+    w.close()
+
+
+def test_the_forms_start_from_the_panel_s_settings_on_the_window_s_model(window):
     view = opened(window)
     s = window.editing.settings
     a = view.forms[0].settings(s)
     assert (a.temperature, a.top_k, a.top_p, a.min_p, a.seed) == (0.9, s.top_k, s.top_p, s.min_p, s.seed)
     assert a.max_tokens == 12 and a.chain == s.chain
+    assert view.forms[0].model.choice() is None and view.forms[0].model.spec(window.editing.model) == \
+        window.editing.model
 
 
-def test_two_temperatures_stream_as_runs_and_their_divergence_is_marked(qtbot, window):
-    view = opened(window)
+def test_two_temperatures_stream_together_and_their_divergence_is_marked(qtbot, window):
+    view = opened(window, max_tokens=16)
     view.forms[0].boxes["temperature"].setValue(0.0)  # greedy
     view.forms[1].boxes["temperature"].setValue(1.8)
     view.forms[1].boxes["top_k"].setValue(0)
-    seen_when_b_started: list[int] = []
-    window.playground.run_started.connect(
-        lambda r: seen_when_b_started.append(view._filled[0]) if len(view.columns) > 1
-        and r is view.columns[1].request else None)
-    streaming: list[tuple[bool, int]] = []  # (B still running, B's rows shown) each time steps arrive
-    window.playground.steps_appended.connect(
-        lambda _s: streaming.append((view.runs()[1].running, view._filled[1])) if view.runs()[1:2] != [None] else None)
+    started: list[object] = []
+    window.playground.run_started.connect(started.append)
+    seen = watch(window, view)
     ran(qtbot, window, view)
     a, b = view.runs()
-    assert seen_when_b_started == [len(a.steps)]  # column A was in the table before B began streaming
-    assert any(running and rows > 0 for running, rows in streaming)  # B's rows came in while it ran
+    assert len(started) == 1  # one job for both columns
+    assert streamed_together(seen)  # both streaming at once
     assert a.trace.settings.temperature == 0.0 and b.trace.settings.temperature == 1.8
     assert a.trace.seed == b.trace.seed == window.editing.settings.seed
     assert window.playground.session.get(a.id) is a and a.name.startswith("A: T 0")  # runs of the session
-    assert view.table.rowCount() == max(len(a.steps), len(b.steps))
+    assert view.table.rowCount() == max(len(a.steps), len(b.steps)) and view.table.filled == [len(a.steps),
+                                                                                             len(b.steps)]
     assert [view.table.item(k, 0).toolTip().startswith(f"step {k + 1}:") for k in range(len(a.steps))] == [True] * len(
         a.steps)
     want = first_divergence([a.trace.token_ids, b.trace.token_ids])
@@ -68,6 +116,7 @@ def test_two_temperatures_stream_as_runs_and_their_divergence_is_marked(qtbot, w
     assert view.table.item(k, 0).background().color().alpha() == 70
     assert f"first divergence at step {k + 1}" in view.status.text()
     assert a.trace.token_ids[:k] == b.trace.token_ids[:k] and view.shown_step() == k  # the chart starts there
+    assert [view.table.horizontalHeaderItem(c).text() for c in range(2)] == ["A", "B"]  # one model: no names
 
 
 @pytest.mark.parametrize("distribution", ["sampled from", "model (raw)"])
@@ -81,23 +130,23 @@ def test_the_overlaid_chart_draws_each_column_s_record_at_the_cursor(qtbot, wind
     runs = view.runs()
     step = 4
     view.table.setCurrentCell(step, 1)  # the one cursor: a row
-    o = view.chart.drawn
+    chart = view.charts.chart_of(0)
+    assert view.charts.groups == [(0, 1, 2)] and all(view.charts.chart_of(c) is chart for c in range(3))
+    o = chart.drawn
     assert o is not None and o.step == step and len(o.candidates) >= 3
     for c, run in enumerate(runs):
-        sample = run.steps[step].sample
-        probs = sample.final_probs if distribution == "sampled from" else sample.raw_probs
-        record = {int(t): float(p) for t, p in zip(sample.top_ids[: len(probs)], probs, strict=True)}
-        drawn = view.chart.heights(c)
+        want = record(run, step, distribution)
+        drawn = chart.heights(c)
         assert drawn, f"column {c} draws no bar"
         for i, height in drawn.items():
-            assert height == pytest.approx(record[o.candidates[i]], rel=1e-6)  # the record's number, as is
-        assert set(drawn) == {i for i, t in enumerate(o.candidates) if t in record}
-        pens = view.chart.bars[c].opts["pens"]
+            assert height == pytest.approx(want[o.candidates[i]], rel=1e-6)  # the record's number, as is
+        assert set(drawn) == {i for i, t in enumerate(o.candidates) if t in want}
+        pens = chart.bars[c].opts["pens"]
         outlined = [i for i, pen in zip(sorted(drawn), pens, strict=True) if pen.style() != Qt.PenStyle.NoPen]
         assert [o.candidates[i] for i in outlined] == [run.steps[step].token_id]
     before = view.divergence is None or view.divergence.step >= step
     if distribution == "model (raw)" and before:  # the same model on the same prefix: the same raw rows
-            np.testing.assert_allclose(o.probs[0], o.probs[1], rtol=1e-5)
+        np.testing.assert_allclose(o.probs[0], o.probs[1], rtol=1e-5)
 
 
 def test_a_cell_opens_its_run_in_the_window_at_that_step(qtbot, window):
@@ -119,13 +168,76 @@ def test_a_column_s_stage_order_runs_and_a_second_start_is_refused(qtbot, window
     assert b.trace.settings.chain == window.editing.settings.chain  # B: as the panel
 
 
-def test_the_columns_are_saved_and_reopened_as_runs_of_the_session(qtbot, window, tmp_path):
-    view = opened(window, max_tokens=5)
-    view.forms[1].boxes["temperature"].setValue(1.4)
+def test_saving_and_reopening_brings_the_columns_back(qtbot, window, tmp_path: Path):
+    view = opened(window, max_tokens=8)
+    view.forms[0].order.setCurrentIndex(view.forms[0].order.findData("mlx-lm"))
+    view.forms[1].boxes["temperature"].setValue(1.6)
+    view.forms[1].boxes["top_k"].setValue(0)
     ran(qtbot, window, view)
     a, b = view.runs()
+    divergence, labels = view.divergence, [c.label for c in view.columns]
     assert window.sessions.save_as(tmp_path / "s.jsonl")
+    view.close()
+    assert window.sessions.new() and view.columns == [] and view.table.rowCount() == 0  # another session
     assert window.sessions.open(tmp_path / "s.jsonl")
-    assert view.columns == [] and view.table.rowCount() == 0  # another session: the columns are forgotten
-    back = {r.name: r.trace for r in window.playground.session.runs.values()}
-    assert back[a.name].token_ids == a.trace.token_ids and back[b.name].settings.temperature == 1.4
+    assert view.isVisible()  # the view comes back with the session
+    back = view.runs()
+    assert [r.id for r in back] == [a.id, b.id] and [c.label for c in view.columns] == labels
+    assert [r.trace.token_ids for r in back] == [a.trace.token_ids, b.trace.token_ids]
+    assert view.table.filled == [len(a.steps), len(b.steps)] and view.divergence == divergence
+    assert view.forms[1].boxes["temperature"].value() == 1.6 and view.count.value() == 2
+    assert view.forms[0].order.currentData() == "mlx-lm"  # each column's own settings, to run again
+    if divergence is not None:
+        assert view.table.verticalHeaderItem(divergence.step).text() == f"◆ {divergence.step + 1}"
+    view.table.setCurrentCell(2, 0)
+    chart = view.charts.chart_of(1)
+    assert chart.drawn.step == 2 and chart.heights(1)
+    for i, height in chart.heights(1).items():
+        assert height == pytest.approx(record(back[1], 2)[chart.drawn.candidates[i]], rel=1e-6)
+
+
+def test_an_autosave_brings_the_columns_back_too(qtbot, window):
+    view = opened(window, max_tokens=4)
+    ran(qtbot, window, view)
+    ids = [r.id for r in view.runs()]
+    doc = session_file.from_lines(list(session_file.encode(window.sessions.snapshot())))
+    assert window.sessions.new() and view.columns == []
+    assert window.sessions.recover(doc)
+    assert [r.id for r in view.runs()] == ids and view.table.filled == [len(r.steps) for r in view.runs()]
+
+
+def test_a_column_on_the_built_in_draft_streams_beside_the_built_in_model(qtbot, builtin_window):
+    w = builtin_window
+    view = opened(w, max_tokens=10)
+    view.forms[1].model.set_choice(DRAFT)
+    seen = watch(w, view)
+    ran(qtbot, w, view)
+    a, b = view.runs()
+    assert a.request.model == w.editing.model and b.request.model.source == str(BUILTIN_DRAFT_PATH)
+    assert b.trace.model["source"] == str(BUILTIN_DRAFT_PATH) and a.trace.model["source"] == BUILTIN_NAME
+    assert streamed_together(seen)  # the two models stream together
+    assert w.playground.info.name == a.trace.model["name"]  # the window's model stays the one it shows
+    headers = [view.table.horizontalHeaderItem(c).text() for c in range(2)]
+    assert headers == ["A · Built-in model", "B · Built-in draft"]
+    assert view.charts.groups == [(0,), (1,)] and view.charts.chart_of(0) is not view.charts.chart_of(1)
+    view.table.setCurrentCell(1, 0)
+    for c, run in enumerate((a, b)):  # each model's chart draws its own column's record
+        chart = view.charts.chart_of(c)
+        assert chart.drawn.probs.shape[0] == 1 and chart.heights(c)
+        for i, height in chart.heights(c).items():
+            assert height == pytest.approx(record(run, 1)[chart.drawn.candidates[i]], rel=1e-6)
+    texts = first_divergence([[s.text for s in a.steps], [s.text for s in b.steps]])
+    assert view.divergence == texts  # across models: compared by the tokens' texts
+    assert "B failed" not in view.status.text()
+
+
+def test_a_column_whose_model_fails_says_why_and_the_others_go_on(qtbot, window, tmp_path: Path):
+    view = opened(window, max_tokens=5)
+    view.forms[1].model.set_choice(ModelSpec(str(tmp_path / "no-such-model")))
+    ran(qtbot, window, view)
+    a, b = view.runs()
+    assert a.finished.reason != "error" and len(a.steps) == 5
+    assert b.finished.reason == "error" and b.steps == [] and b.finished.message
+    assert view.table.item(0, 1).text() == f"failed: {b.finished.message}"
+    assert f"B failed: {b.finished.message}" in view.status.text()
+    assert view.divergence is None and window.playground.info is not None

@@ -1,4 +1,5 @@
-"""The sweep window in the real window: a 3×3 grid fills 9 cells, each the core's statistics of its samples."""
+"""The sweep window in the real window: a 3×3 grid fills 9 cells, each the core's statistics of its samples, the
+cells decoded together in batches (fewer jobs than cells)."""
 
 from __future__ import annotations
 
@@ -27,13 +28,27 @@ def sweep_window(w: MainWindow) -> SweepView:
     return view
 
 
-def test_a_3x3_sweep_fills_9_cells_and_its_csv_holds_them(qtbot, window, tmp_path: Path):
+def test_a_3x3_sweep_fills_9_cells_in_one_batch_and_its_csv_holds_them(qtbot, window, tmp_path: Path):
     view = sweep_window(window)
+    jobs: list[object] = []
+    window.playground.run_started.connect(jobs.append)  # once per job given to the model thread
+    first_end: list[list[tuple[int, bool]]] = []  # as the first sample ends: every sample's (steps, running)
+
+    def look() -> None:
+        runs = [r for c in view.cells if c.request is not None for r in window.playground.session.of_request(
+            c.request.id)]
+        if not first_end and any(not r.running for r in runs):
+            first_end.append([(len(r.steps), r.running) for r in runs])
+
+    window.playground.session_changed.connect(look)  # (as the view-model routes each event, in their order)
     qtbot.mouseClick(view.run_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: all(c.result is not None for c in view.cells) and not window.playground.busy,
                     timeout=RUN_TIMEOUT)
     assert len(view.cells) == 9 and view.grid.rowCount() == 3 and view.grid.columnCount() == 3
-    assert "9 of 9 cells done" in view.status.text()
+    assert "9 of 9 cells done" in view.status.text() and "1 batch " in view.status.text()
+    assert len(jobs) == view.batches == 1  # 9 cells × 2 samples: 18 rows, one batch
+    (at_end,) = first_end  # when the first sample ended, all 18 had steps: decoded together, not cell by cell
+    assert len(at_end) == 18 and all(n > 0 for n, _running in at_end) and sum(running for _n, running in at_end) == 17
     for c in view.cells:
         runs = sorted(window.playground.session.of_request(c.request.id), key=lambda r: r.sequence)
         assert len(runs) == 2 and {r.trace.settings.temperature for r in runs} == {c.cell.values["temperature"]}
@@ -50,13 +65,20 @@ def test_a_3x3_sweep_fills_9_cells_and_its_csv_holds_them(qtbot, window, tmp_pat
     assert rows[5] == [str(x) for x in sweep_row(0, c.cell, c.result.stats, ["temperature", "top_p"])]
 
 
-def test_clicking_a_cell_lists_its_samples_and_stop_leaves_the_rest_empty(qtbot, window):
+def test_batches_are_capped_and_stop_leaves_the_rest_empty_and_a_cell_lists_its_samples(qtbot, window):
     view = sweep_window(window)
+    view.batch_rows = 4  # two cells of 2 samples a batch
+    jobs: list[object] = []
+    window.playground.run_started.connect(jobs.append)
     assert view.run()
-    qtbot.waitUntil(lambda: view.cells[0].result is not None, timeout=RUN_TIMEOUT)
-    view.stop()
+    first = [c.request is not None for c in view.cells]
+    assert first == [True, True] + [False] * 7  # the first batch: two cells, submitted together
+    window.playground.session_changed.connect(lambda: view.stop() if view.cells[2].result is not None else None)
     qtbot.waitUntil(lambda: not window.playground.busy and not view.stop_button.isEnabled(), timeout=RUN_TIMEOUT)
-    assert 1 <= sum(c.result is not None for c in view.cells) < 9 and "stopped" in view.status.text()
+    assert jobs[:2] == [view.cells[0].request, view.cells[2].request]  # a job per batch, started by its first cell
+    done = sum(c.result is not None for c in view.cells)
+    assert done in (3, 4) and "stopped" in view.status.text() and len(jobs) == view.batches == 2
+    assert all(c.result is None for c in view.cells if c.request is None)  # not started: empty
     view.grid.cellClicked.emit(0, 0)
     samples = window.tools["samples"].view
     assert samples is not None and samples.request is view.cells[0].request
