@@ -172,7 +172,7 @@ class Playground(QObject):
 
     def _begin(self, requests: Sequence[Request], submit: Callable[[], object]) -> None:
         """Register the requests' runs, show the first, be busy with them, `submit` them; then say so."""
-        self._submitted = Submitted.of(requests)
+        self._submitted = Submitted.of(requests, self.editing.model)
         runs = [self.session.start(r) for r in requests]
         self.editing.select(runs[0][0])
         self._follow.stop()

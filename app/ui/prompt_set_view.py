@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QComboBox,
     QFileDialog,
@@ -158,7 +158,8 @@ class PromptSetView(QWidget):
         self.stop_button.clicked.connect(self.stop)
         self.export_button.clicked.connect(self._choose_export)
         self.pg.session_changed.connect(self._score)
-        self.pg.busy_changed.connect(lambda busy: None if busy or not self._running else self._start_next())
+        self.pg.busy_changed.connect(lambda busy: None if busy or not self._running else QTimer.singleShot(
+            0, self._next_if_running))  # once every view has heard that the last job ended
         self.pg.session_replaced.connect(self._restore)
         self.pg.failed.connect(lambda _message: self._halt())
 
@@ -254,8 +255,10 @@ class PromptSetView(QWidget):
         if not prompts:
             return self._refuse("the set is empty: paste prompts and press Add, or Load a file")
         base = self.pg.checked_settings()
-        if base is None or (self.pg.busy and not self.pg.loading_only):
+        if base is None:
             return False
+        if self.pg.busy and not self.pg.loading_only:
+            return self._refuse("a run is in progress: wait for it, or Stop it, then Run set")
         try:
             targets = self.targets(base)
         except SettingsError as e:
@@ -318,6 +321,11 @@ class PromptSetView(QWidget):
             *(m for m in base.messages if m.role == "system"), Message("user", job.prompt))
         return Request(model=job.target.model or base.model, prompt=job.prompt, messages=messages, settings=settings,
                        top_n=base.top_n, n=self._n)
+
+    def _next_if_running(self) -> None:
+        """The next job, unless the run ended meanwhile (stopped, or another session opened)."""
+        if self._running:
+            self._start_next()
 
     def _start_next(self) -> bool:
         nxt = next((j for j in self.jobs if j.request is None), None)

@@ -1,7 +1,7 @@
 """What the view-model has in progress: one request, or several submitted together (`generate_together`).
 
-The first request names the window's model; a request of the group naming another model runs beside it, and its
-loading, and its failure, are that request's business alone (its runs say why), not the window's. No Qt.
+A request of the group naming another model than the window's runs beside it, and its loading, and its failure,
+are that request's business alone (its runs say why), not the window's. No Qt.
 """
 
 from __future__ import annotations
@@ -11,25 +11,29 @@ from dataclasses import dataclass
 
 from app.core.events import Failed, Finished, Request
 from app.core.metrics import Metrics
+from app.core.models import ModelSpec
 from app.core.session import Session
 
 
 @dataclass(frozen=True)
 class Submitted:
-    """The requests in progress (empty: none), the first on the window's model."""
+    """The requests in progress (empty: none), and the window's model (`main`)."""
 
     requests: tuple[Request, ...] = ()
+    main: ModelSpec | None = None
 
     @classmethod
-    def of(cls, requests: Sequence[Request]) -> Submitted:
-        return cls(tuple(requests))
+    def of(cls, requests: Sequence[Request], window: ModelSpec | None = None) -> Submitted:
+        """`requests`; the window's model is `window` where one of them runs on it, else the first one's."""
+        main = window if any(r.model == window for r in requests) else requests[0].model
+        return cls(tuple(requests), main)
 
     def has(self, request_id: int) -> bool:
         return any(r.id == request_id for r in self.requests)
 
     def beside(self, request_id: int) -> bool:
-        """A request of the group on another model than the first's (loaded beside the window's model)."""
-        return any(r.id == request_id and r.model != self.requests[0].model for r in self.requests[1:])
+        """A request of the group on another model than the window's (loaded beside it)."""
+        return any(r.id == request_id and r.model != self.main for r in self.requests)
 
     def ended(self, session: Session) -> bool:
         """Every run of every request has ended (a request whose runs are not in the session: a load)."""

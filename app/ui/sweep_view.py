@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QComboBox,
@@ -117,7 +117,8 @@ class SweepView(QWidget):
         self.statistic.currentTextChanged.connect(lambda _s: self._draw())
         self.grid.cellClicked.connect(self.open_cell)
         self.pg.session_changed.connect(self._score)
-        self.pg.busy_changed.connect(lambda busy: None if busy or not self._running else self._start_next())
+        self.pg.busy_changed.connect(lambda busy: None if busy or not self._running else QTimer.singleShot(
+            0, self._next_if_running))  # once every view has heard that the last job ended
         self.pg.session_replaced.connect(self._forget)
         self.pg.failed.connect(lambda _message: self._halt())  # a model that fails to load fails every cell
 
@@ -125,7 +126,12 @@ class SweepView(QWidget):
     def run(self) -> bool:
         """Start the sweep from the editing state's prompt and settings; False (with `failed`) if it cannot."""
         settings = self.pg.checked_settings()
-        if settings is None or (self.pg.busy and not self.pg.loading_only):
+        if settings is None:
+            return False
+        if self.pg.busy and not self.pg.loading_only:
+            message = "a run is in progress: wait for it, or Stop it, then Run sweep"
+            self.failed.emit(message)
+            self.status.setText(message)
             return False
         try:
             axes = tuple(parse_axis(f"{n.currentText()}={v.text()}") for n, v in zip(self.names, self.values,
@@ -173,6 +179,11 @@ class SweepView(QWidget):
         return out.getvalue()
 
     # running ----------------------------------------------------------------------------------------------
+    def _next_if_running(self) -> None:
+        """The next job, unless the run ended meanwhile (stopped, or another session opened)."""
+        if self._running:
+            self._start_next()
+
     def _start_next(self) -> bool:
         batch = self._next_batch()
         if not batch or self._stopping:

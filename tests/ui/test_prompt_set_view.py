@@ -218,3 +218,25 @@ def test_bad_input_is_one_line_and_keeps_the_set(qtbot, window, tmp_path: Path):
         assert not view.run()
     assert "empty" in said.args[0] and not window.playground.busy
     assert view.load(str(saved)) and view.prompt_list() == list(PROMPTS)
+
+
+def test_run_set_while_another_run_is_busy_says_so_in_one_line(qtbot, window):
+    view = prompt_set_window(window, max_tokens=64)
+    assert window.playground.generate(window.playground.make_request())  # the window's own run, in progress
+    with qtbot.waitSignal(view.failed) as said:
+        assert not view.run()
+    assert "in progress" in said.args[0] and "\n" not in said.args[0] and view.status.text() == said.args[0]
+    assert view.jobs == [] and view.prompt_list() == list(PROMPTS)
+    window.playground.stop()
+    qtbot.waitUntil(lambda: not window.playground.busy, timeout=RUN_TIMEOUT)
+
+
+def test_views_opened_after_the_set_see_it_busy_while_its_next_prompt_runs(qtbot, window):
+    view = prompt_set_window(window, max_tokens=32)
+    window.tools["samples"].trigger()  # opened after the set: it hears `busy_changed` after the set does
+    samples = window.tools["samples"].view
+    assert view.run()
+    qtbot.waitUntil(lambda: view.jobs[1].request is not None, timeout=RUN_TIMEOUT)
+    assert window.playground.busy and samples.stop_button.isEnabled() and not samples.sample_button.isEnabled()
+    view.stop()
+    qtbot.waitUntil(lambda: not window.playground.busy and not view.stop_button.isEnabled(), timeout=RUN_TIMEOUT)

@@ -241,3 +241,21 @@ def test_a_column_whose_model_fails_says_why_and_the_others_go_on(qtbot, window,
     assert view.table.item(0, 1).text() == f"failed: {b.finished.message}"
     assert f"B failed: {b.finished.message}" in view.status.text()
     assert view.divergence is None and window.playground.info is not None
+
+
+def test_a_first_column_on_another_model_leaves_the_window_s_model_shown(qtbot, builtin_window, tmp_path: Path):
+    w = builtin_window
+    name = w.playground.info.name
+    view = opened(w, max_tokens=4)
+    view.forms[0].model.set_choice(DRAFT)  # column A beside the window's model, column B on it
+    ran(qtbot, w, view)
+    a, b = view.runs()
+    assert a.trace.model["source"] == str(BUILTIN_DRAFT_PATH) and b.trace.model["source"] == BUILTIN_NAME
+    assert w.playground.info.name == name  # the window's model (and tokenizer) stay the window's
+    messages: list[str] = []
+    w.playground.failed.connect(messages.append)
+    view.forms[0].model.set_choice(ModelSpec(str(tmp_path / "no-such-model")))
+    ran(qtbot, w, view)
+    a, b = view.runs()
+    assert a.finished.reason == "error" and b.finished.reason != "error"
+    assert messages == [] and w.playground.info.name == name  # A's model failing is A's business: no banner

@@ -91,3 +91,28 @@ def test_a_bad_axis_is_one_line_and_nothing_runs(qtbot, window):
     with qtbot.waitSignal(view.failed) as said:
         assert not view.run()
     assert "numbers" in said.args[0] and not window.playground.busy and view.cells == []
+
+
+def test_a_sweep_while_another_run_is_busy_says_so_in_one_line(qtbot, window):
+    view = sweep_window(window)
+    window.sampler.editors["max_tokens"].setValue(64)
+    assert window.playground.generate(window.playground.make_request())  # the window's own run, in progress
+    with qtbot.waitSignal(view.failed) as said:
+        assert not view.run()
+    assert "in progress" in said.args[0] and "\n" not in said.args[0] and view.status.text() == said.args[0]
+    assert view.cells == [] and view.run_button.isEnabled()
+    window.playground.stop()
+    qtbot.waitUntil(lambda: not window.playground.busy, timeout=RUN_TIMEOUT)
+
+
+def test_views_opened_after_the_sweep_see_it_busy_while_its_next_batch_runs(qtbot, window):
+    view = sweep_window(window)
+    view.batch_rows = 2  # one cell of 2 samples a batch
+    window.sampler.editors["max_tokens"].setValue(32)
+    window.tools["samples"].trigger()  # opened after the sweep: it hears `busy_changed` after the sweep does
+    samples = window.tools["samples"].view
+    assert view.run()
+    qtbot.waitUntil(lambda: view.batches == 2, timeout=RUN_TIMEOUT)
+    assert window.playground.busy and samples.stop_button.isEnabled() and not samples.sample_button.isEnabled()
+    view.stop()
+    qtbot.waitUntil(lambda: not window.playground.busy and not view.stop_button.isEnabled(), timeout=RUN_TIMEOUT)
