@@ -279,7 +279,7 @@ class ModelThread:
         for group in groups(job.together):
             spec = group[0].model
             if spec in models:  # (else it failed to load, and said so)
-                prefix = prefixes.setdefault(spec, self._prefix_of(spec))  # a second group: its own
+                prefix = prefixes.setdefault(spec, self._prefix_of(spec))  # shared: the first group takes its cache
                 streams.append(_guarded(group, generate_together(models[spec], group, job.cancel, prefix)))
         for event in interleave(streams):
             self.events.put(event)

@@ -328,31 +328,36 @@ class PromptSetView(QWidget):
             self._start_next()
 
     def _start_next(self) -> bool:
-        nxt = next((j for j in self.jobs if j.request is None), None)
-        if nxt is None or self._stopping:
+        """The next prompt under every target, as one job: the targets on one model decode in one batch, a column
+        on another model runs beside it (so no model is reloaded between targets)."""
+        nxt = [j for j in self.jobs if j.request is None]
+        if not nxt or self._stopping:
             self._set_running(False)
             return False
-        nxt.request = self._request(nxt)
-        if not self.pg.generate(nxt.request):
-            nxt.request = None
+        batch = [j for j in nxt if j.index == nxt[0].index]
+        for job in batch:
+            job.request = self._request(job)
+        if not self.pg.generate_together([j.request for j in batch]):
+            for job in batch:
+                job.request = None
             self._set_running(False)
             return False
         self._progress()
         return True
 
     def _score(self) -> None:
-        """A run finished: if it completes the one in progress, take `compare`'s statistics of its samples."""
-        job = next((j for j in self.jobs if j.request is not None and j.results is None), None)
-        if job is None:
-            return
-        traces = self.pg.session.finished_traces(job.request.id)
-        if traces is None:
-            return
-        job.results = tuple(PromptResult(job.index, job.prompt, job.target.label, s) for s in compare(traces).samples)
-        self._results.extend(job.results)
-        self.table.add(job.results)
-        self._progress()
-        self._store()
+        """Runs finished: take `compare`'s statistics of each job whose samples have all ended, in the set's order
+        (prompt by prompt, target by target)."""
+        for job in (j for j in self.jobs if j.request is not None and j.results is None):
+            traces = self.pg.session.finished_traces(job.request.id)
+            if traces is None:
+                return
+            job.results = tuple(PromptResult(job.index, job.prompt, job.target.label, s)
+                                for s in compare(traces).samples)
+            self._results.extend(job.results)
+            self.table.add(job.results)
+            self._progress()
+            self._store()
 
     def _halt(self) -> None:
         if self._running:

@@ -14,7 +14,8 @@ from PySide6.QtCore import Qt
 
 from app.core import session_file
 from app.core.compare import compare
-from app.core.models import ModelSpec
+from app.core.drafts import BUILTIN_DRAFT_PATH
+from app.core.models import BUILTIN_NAME, ModelSpec
 from app.core.prompt_sets import PromptResult, results_csv, results_jsonl, results_markdown
 from app.ui.autosave import AUTOSAVE_MS
 from app.ui.column_model import short_name
@@ -23,6 +24,7 @@ from app.ui.prompt_results_table import cells
 from app.ui.prompt_set_targets import COLUMNS, SWEEP_CELL
 from app.ui.prompt_set_view import PromptSetView
 from tests.core.test_prompt_sets import markdown_rows
+from tests.ui.test_side_by_side import DRAFT, builtin_window  # noqa: F401 (a fixture)
 
 RUN_TIMEOUT = 120_000
 PROMPTS = ("Hello there", "Once upon a time", "The cat")
@@ -240,3 +242,24 @@ def test_views_opened_after_the_set_see_it_busy_while_its_next_prompt_runs(qtbot
     assert window.playground.busy and samples.stop_button.isEnabled() and not samples.sample_button.isEnabled()
     view.stop()
     qtbot.waitUntil(lambda: not window.playground.busy and not view.stop_button.isEnabled(), timeout=RUN_TIMEOUT)
+
+
+def test_a_prompt_against_columns_on_two_models_is_one_job_and_the_window_s_model_stays(qtbot, builtin_window):  # noqa: F811
+    """Each prompt runs under every column as one job: column B's model (the built-in draft) is held beside the
+    window's, so neither is reloaded between the columns and the window keeps showing its own model."""
+    w = builtin_window
+    w.tools["side"].trigger()
+    w.tools["side"].view.forms[1].model.set_choice(DRAFT)
+    view = prompt_set_window(w, PROMPTS[:2])
+    view.against.setCurrentText(COLUMNS)
+    started, loaded = [], []
+    w.playground.run_started.connect(started.append)
+    w.playground.loaded.connect(loaded.append)
+    run_set(qtbot, w, view)
+    assert len(started) == 2  # one job per prompt, both columns in it
+    assert loaded == []  # no column's model replaced the window's
+    sources = [runs_of(w, j.request.id)[0].trace.model["source"] for j in view.jobs]
+    assert sources == [BUILTIN_NAME, str(BUILTIN_DRAFT_PATH)] * 2
+    assert w.playground.info.name == runs_of(w, view.jobs[0].request.id)[0].trace.model["name"]
+    assert_rows_are_compare_of_the_runs(w, view)
+
