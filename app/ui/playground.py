@@ -351,8 +351,8 @@ class Playground(QObject):
         return self._submitted.has(request_id)
 
     def _handle(self, ev: object) -> None:
-        if isinstance(ev, (Loading, Loaded)) and self._submitted.beside(ev.request_id):
-            return  # a model beside the window's (for a group's runs): the model bar and tokenizer stay the window's
+        if isinstance(ev, (Loading, Loaded, Compiling)) and self._submitted.beside(ev.request_id):
+            return  # a model beside the window's (a column's): the model bar and tokenizer stay the window's
         if isinstance(ev, Loading):
             self.loading.emit(ev.message, ev.done, ev.total)
         elif isinstance(ev, Loaded):
