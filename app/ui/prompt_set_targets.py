@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from app.core.events import Request
 from app.core.models import ModelSpec
-from app.core.prompt_sets import label_names, settings_label
+from app.core.prompt_sets import PromptResult, label_names, settings_label
 from app.core.settings import SamplerSettings, SettingsError
 from app.ui.column_model import short_name
 
@@ -60,3 +61,14 @@ def sweep_cell_targets(sweep: SweepView | None) -> list[Target]:
     if cell is None:
         raise SettingsError("no sweep cell selected: click one of the sweep's cells")
     return [Target(settings_label(cell.settings, tuple(cell.values)), cell.settings)]
+
+
+@dataclass
+class PromptRun:
+    """One prompt of the set under one target: its row, its request once started, its samples' results once done."""
+
+    index: int
+    prompt: str
+    target: Target
+    request: Request | None = None
+    results: tuple[PromptResult, ...] | None = None

@@ -2,8 +2,9 @@
 window's settings, the side-by-side view's columns or the sweep's selected cell (`prompt_set_targets`), and a table
 of the results, one row per prompt × settings × sample, exported as CSV, JSON Lines or Markdown.
 
-Runs go one after another through the `Playground` (one request per prompt and settings, N samples of it decoded
-together), so every sample is a run of the session; Stop ends the set after the run in progress. Every number shown
+The prompts run one after another through the `Playground`, each as one job of its targets together (one request
+per settings, N samples each; those on one model decode in one batch, a column on another model runs beside it),
+so every sample is a run of the session; Stop ends the set with the prompt in progress. Every number shown
 is `app.core.compare`'s, computed once per run when its samples are done; the writers are `app.core.prompt_sets`'s.
 The set and its last results are part of the session (`Session.prompt_set`: saved in its file, back on open and
 in autosave recovery; an edit marks the session modified); Save set… also writes the prompts alone as a file.
@@ -11,7 +12,6 @@ in autosave recovery; an edit marks the session modified); Save set… also writ
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt, QTimer, Signal
@@ -46,6 +46,7 @@ from app.ui.prompt_set_targets import (
     COLUMNS,
     SOURCES,
     SWEEP_CELL,
+    PromptRun,
     Target,
     column_targets,
     sweep_cell_targets,
@@ -60,17 +61,6 @@ ROW_PX = 22  # a table row's height
 EXPORT_FILTERS = {"CSV (*.csv)": "csv", "JSON Lines (*.jsonl)": "jsonl", "Markdown (*.md)": "md"}
 EMPTY = ("Paste prompts (one per line, or blocks separated by a blank line) and press Add, or Load a CSV / JSON "
          "Lines file; then Run set runs each prompt under the settings chosen in “run against”.")
-
-
-@dataclass
-class PromptRun:
-    """One prompt of the set under one target: its row, its request once started, its samples' results once done."""
-
-    index: int
-    prompt: str
-    target: Target
-    request: Request | None = None
-    results: tuple[PromptResult, ...] | None = None
 
 
 class PromptSetView(QWidget):
