@@ -67,11 +67,16 @@ Group = tuple[list[int], PendingBatch | PendingRows]  # the rows (their indices)
 
 def start_rows(ops: ArrayOps, logits: Any, rows: list[Row], settings: SamplerSettings, top_n: int,
                record: bool) -> list[Group]:
-    """Start every row's draw: the rows sharing settings in one batched step (`start_samples`), each with its
-    seed's next uniform and its penalty counts. The one place a step calls the sampler."""
-    groups: dict[SamplerSettings, list[int]] = {}
+    """Start every row's draw: the rows whose settings shape the distribution alike (`SamplerSettings.pipeline`:
+    their seeds, lengths and stop strings may differ) in one batched step (`start_samples`), each with its seed's
+    next uniform and its penalty counts. The one place a step calls the sampler."""
+    by_settings: dict[SamplerSettings, list[int]] = {}
     for i, r in enumerate(rows):
-        groups.setdefault(r.settings or settings, []).append(i)
+        by_settings.setdefault(r.settings or settings, []).append(i)
+    groups: dict[SamplerSettings, list[int]] = {}
+    for s, idx in by_settings.items():  # (`pipeline()` once per distinct settings, not per row and step)
+        groups.setdefault(s.pipeline(), []).extend(idx)
+    groups = {s: sorted(idx) for s, idx in groups.items()}
     us = [float(r.rng.random()) for r in rows]
     return [(idx, start_samples(ops, _logits_of(ops, logits, idx, len(rows)), s, [us[i] for i in idx],
                                 histories=[rows[i].history for i in idx], top_n=top_n, record=record))

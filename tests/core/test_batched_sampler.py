@@ -10,8 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.core.batch_sampling import PendingBatch, PendingRows, start_samples
+from app.core.decoding import Row, start_rows
 from app.core.pipeline import History
-from app.core.sampling import NoValidTokenError
+from app.core.sampling import NoValidTokenError, start_sample
 from app.core.settings import SamplerSettings
 from backends.ops import NUMPY, NumpyOps
 from tests.batched_sampler_cases import any_stages, assert_batch_equals_rows
@@ -62,3 +63,19 @@ def test_a_row_without_a_finite_logit_says_so():
     x[1] = np.nan
     with pytest.raises(NoValidTokenError):
         start_samples(MAPPING, x, SamplerSettings(), [0.1, 0.2]).results()
+
+
+def test_rows_whose_settings_differ_only_in_seed_length_or_stops_share_one_mapped_step():
+    """`decode`'s rows group by what shapes the distribution (`SamplerSettings.pipeline`): side-by-side columns that
+    differ in seed alone are one mapped step; another temperature is its own. Each row still draws what it would
+    alone."""
+    base = SamplerSettings(temperature=0.9, top_p=0.9)
+    kinds = [base.with_(seed=1), base.with_(seed=2, max_tokens=7, stop=("x",)), base.with_(temperature=0.4)]
+    logits = np.random.default_rng(0).normal(size=(3, 50)).astype(np.float32)
+    rows = [Row(np.random.default_rng(i), settings=s) for i, s in enumerate(kinds)]
+    groups = start_rows(MAPPING, logits, rows, base, top_n=5, record=True)
+    assert [idx for idx, _ in groups] == [[0, 1], [2]] and isinstance(groups[0][1], PendingBatch)
+    outs = {i: out for idx, g in groups for i, out in zip(idx, g.results(), strict=True)}
+    for i, s in enumerate(kinds):
+        u = float(np.random.default_rng(i).random())
+        assert outs[i] == start_sample(NUMPY, logits[i], s, u, top_n=5).result()
