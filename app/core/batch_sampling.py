@@ -5,7 +5,7 @@
 batch's arrays back once for all rows. Each row's outcome equals `start_sample`'s for it, bit for bit. Where the
 executor has no vmap (numpy, the torch backend's CPU executor), the rows' histories differ in kind, or there is one
 row (mapping it costs more than it saves), the rows run one by one through `start_sample`. Knows nothing of models
-or runs: `generation.decode` calls it.
+or runs: `decoding.decode` calls it.
 """
 
 from __future__ import annotations

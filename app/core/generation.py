@@ -1,7 +1,7 @@
 """The generation loop, in layers.
 
-`decoding.decode` is the token-level generator over a batch: forward, sample, record; no text (re-exported here
-with `Row`). `batch` is a request's samples on the text side: tokens to Step events, stop strings, Finished.
+`decoding.decode` is the token-level generator over a batch: forward, sample, record; no text. `batch` is a
+request's samples on the text side: tokens to Step events, stop strings, Finished.
 `generate(model, request, cancel, prefix)` runs them for one request: prompt -> prefill (only what the `Prefix`
 cache does not already hold) -> decode of `request.n` samples in one batch -> events, one per token per sample.
 It reads the model's `capabilities`: a model without a local forward pass (a server) samples by itself, and its
@@ -20,9 +20,6 @@ from dataclasses import replace
 from typing import Any, cast
 
 from app.core.batch import PromptTokens, decode_batches, replay, start_batch
-from app.core.decoding import Row as Row
-from app.core.decoding import decode as decode
-from app.core.decoding import token_of as token_of
 from app.core.events import Event, Finished, Message, Prefilled, Request
 from app.core.metrics import Clock, Metrics
 from app.core.prefill import chunks as prefill_chunks

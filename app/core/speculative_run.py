@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from app.core.decoding import Row, decode
 from app.core.events import Drafted, Event, Finished, FinishReason, Prefilled, Request, Speculated, Step
-from app.core.generation import Row, build_prompt, decode
+from app.core.generation import build_prompt
 from app.core.metrics import Clock
 from app.core.settings import MAX_SEED, SettingsError
 from app.core.spec_record import SpecStats, SpecSummary
