@@ -275,11 +275,11 @@ class ModelThread:
     def _serve_together(self, job: _Job) -> None:
         """Each group of requests on one model and prompt in one batch; the groups' events interleaved."""
         models = self._models_for(job)
-        streams, prefixes = [], {}
-        for group in groups(job.together):
+        streams = []
+        for group in groups(job.together):  # groups on one model share its prefix cache: the first takes what it holds
             spec = group[0].model
             if spec in models:  # (else it failed to load, and said so)
-                prefix = prefixes.setdefault(spec, self._prefix_of(spec))  # shared: the first group takes its cache
+                prefix = self._prefix_of(spec)
                 streams.append(_guarded(group, generate_together(models[spec], group, job.cancel, prefix)))
         for event in interleave(streams):
             self.events.put(event)
