@@ -71,6 +71,8 @@ class Playground(QObject):
     run_error = Signal(str)  # the run shown ended in error, its tokens kept (a server cut its stream…): why
     opt_in_needed = Signal(str, str)  # message, the LoadOptions flag that would allow it
     busy_changed = Signal(bool)
+    job_ended = Signal()  # on the turn after the view-model went idle, once every view has heard busy_changed(False):
+    # where a view that chains jobs (sweep, prompt set) starts its next, so none hears a stale "idle" after it
     session_replaced = Signal()  # another whole session was opened (or a new, empty one begun)
     session_changed = Signal()  # a run was added, finished, renamed or deleted: the branch tree redraws
     cleared = Signal()  # nothing is shown (an empty session, or the last run deleted): the views' empty state
@@ -145,6 +147,8 @@ class Playground(QObject):
         if busy != self._busy:
             self._busy = busy
             self.busy_changed.emit(busy)
+            if not busy:
+                QTimer.singleShot(0, self, self.job_ended.emit)
 
     def load(self, spec: ModelSpec) -> None:
         if self._busy:

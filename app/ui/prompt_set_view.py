@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox,
     QFileDialog,
@@ -148,8 +148,7 @@ class PromptSetView(QWidget):
         self.stop_button.clicked.connect(self.stop)
         self.export_button.clicked.connect(self._choose_export)
         self.pg.session_changed.connect(self._score)
-        self.pg.busy_changed.connect(lambda busy: None if busy or not self._running else QTimer.singleShot(
-            0, self._next_if_running))  # once every view has heard that the last job ended
+        self.pg.job_ended.connect(self._next_if_running)
         self.pg.session_replaced.connect(self._restore)
         self.pg.failed.connect(lambda _message: self._halt())
 

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QComboBox,
@@ -117,8 +117,7 @@ class SweepView(QWidget):
         self.statistic.currentTextChanged.connect(lambda _s: self._draw())
         self.grid.cellClicked.connect(self.open_cell)
         self.pg.session_changed.connect(self._score)
-        self.pg.busy_changed.connect(lambda busy: None if busy or not self._running else QTimer.singleShot(
-            0, self._next_if_running))  # once every view has heard that the last job ended
+        self.pg.job_ended.connect(self._next_if_running)
         self.pg.session_replaced.connect(self._forget)
         self.pg.failed.connect(lambda _message: self._halt())  # a model that fails to load fails every cell
 
