@@ -5,7 +5,8 @@ Events are routed by run id into the `Session` (every run keeps its steps, also 
 the widgets follow the run being shown. Widgets never touch the core or a model: they receive what they show
 through these signals and call the few verbs here (generate, stop, load, score, select_step); the branch verbs
 (fork, replay, rename, delete…) are its `branches` (app/ui/branching.py). One job at a time (a request, or
-several together: `generate_together`); `busy` says so.
+several together: `generate_together`), or a plan of jobs run one after another (`run_plan`: a sweep, a prompt
+set); `busy` says so.
 What the user edits (prompt, settings, model, the selection) is its `EditingState`: requests and branches read it,
 and a change of settings previews the selected step.
 Process-wide state is not its business: the application's collector (app/ui/collector.py) keeps Python's garbage
@@ -32,6 +33,7 @@ from app.core.events import (
     Scored,
     Speculated,
     Step,
+    job_id,
 )
 from app.core.metrics import decode_rate
 from app.core.models import ModelSpec
@@ -42,6 +44,7 @@ from app.ui.editing_state import EditingState
 from app.ui.submitted import Submitted, fail_runs
 
 if TYPE_CHECKING:
+    from app.core.job_plan import JobPlan
     from app.core.model_thread import ModelThread
     from app.core.step_view import Preview
     from app.core.trace import RunTrace, StepTrace
@@ -71,8 +74,7 @@ class Playground(QObject):
     run_error = Signal(str)  # the run shown ended in error, its tokens kept (a server cut its stream…): why
     opt_in_needed = Signal(str, str)  # message, the LoadOptions flag that would allow it
     busy_changed = Signal(bool)
-    job_ended = Signal()  # on the turn after the view-model went idle, once every view has heard busy_changed(False):
-    # where a view that chains jobs (sweep, prompt set) starts its next, so none hears a stale "idle" after it
+    plan_ended = Signal(object)  # the JobPlan `run_plan` ran has given its last job (done or stopped), all ended
     session_replaced = Signal()  # another whole session was opened (or a new, empty one begun)
     session_changed = Signal()  # a run was added, finished, renamed or deleted: the branch tree redraws
     cleared = Signal()  # nothing is shown (an empty session, or the last run deleted): the views' empty state
@@ -91,6 +93,7 @@ class Playground(QObject):
         self.branches = Branches(self, TOP_N, self)  # fork, replay, rename, delete: the verbs of the session's tree
         self._load_only = False
         self._busy = False
+        self._plan: JobPlan | None = None  # the plan whose jobs run one after another (`run_plan`)
         self._prefill_s = 0.0
         self._decode_s = 0.0  # summed step times after the first token
         self._kv_bytes: int | None = 0
@@ -147,13 +150,11 @@ class Playground(QObject):
         if busy != self._busy:
             self._busy = busy
             self.busy_changed.emit(busy)
-            if not busy:
-                QTimer.singleShot(0, self, self.job_ended.emit)
 
     def load(self, spec: ModelSpec) -> None:
         if self._busy:
             return
-        request = Request(model=spec)
+        request = Request(model=spec, id=job_id())  # a load makes no run: the first run is still run 1
         self._submitted, self._load_only = Submitted.of([request]), True
         self._set_busy(True)
         self.worker.submit(request, load_only=True)
@@ -173,6 +174,31 @@ class Playground(QObject):
             return False
         self._begin(requests, lambda: self.worker.submit_together(tuple(requests)))
         return True
+
+    def run_plan(self, plan: JobPlan) -> bool:
+        """Run `plan`'s jobs one after another, each as `generate_together` runs it, the next one started as soon as
+        the last has ended (busy throughout); `plan_ended` says when it has no more. Refused (False) as `generate`
+        is, or when the plan has no job at all."""
+        if self._busy and not self._load_only:
+            return False
+        requests = plan.next_job()
+        if not requests:
+            return False
+        self._plan = plan
+        self._begin(requests, lambda: self.worker.submit_together(requests))
+        return True
+
+    def _job_ended(self) -> None:
+        """The job in progress has ended: the plan's next one starts on this same turn, else the view-model is idle."""
+        plan = self._plan
+        requests = plan.next_job() if plan is not None else ()
+        if requests:
+            self._begin(requests, lambda: self.worker.submit_together(requests))
+            return
+        self._plan = None
+        self._set_busy(False)
+        if plan is not None:
+            self.plan_ended.emit(plan)
 
     def _begin(self, requests: Sequence[Request], submit: Callable[[], object]) -> None:
         """Register the requests' runs, show the first, be busy with them, `submit` them; then say so."""
@@ -205,7 +231,8 @@ class Playground(QObject):
     def score_edited(self) -> int:
         """Score the prompt as a generation would see it (model, prompt, messages), behind any run in progress;
         the request's id (its `Scored` answer carries it)."""
-        request = self.make_request(SamplerSettings())
+        e = self.editing
+        request = Request(model=e.model, prompt=e.prompt.text, messages=e.prompt.chat_messages, id=job_id())
         self.worker.score(request)  # (the model thread queues it behind whatever it is doing)
         return request.id
 
@@ -264,6 +291,9 @@ class Playground(QObject):
         self._emit_steps([Step(run.request.id, st.step, st.token_id, st.text, st, 0, run.id) for st in run.steps])
 
     def stop(self) -> None:
+        """Stop the run in progress, and the plan it belongs to (its jobs not started are not run)."""
+        if self._plan is not None:
+            self._plan.stop()
         if self._worker is not None:  # (no model thread yet: nothing runs)
             self._worker.cancel()
 
@@ -378,7 +408,7 @@ class Playground(QObject):
                 run.finished = ev
                 self.session_changed.emit()
             if self._current(ev.request_id) and self._submitted.ended(self.session):
-                self._set_busy(False)
+                self._job_ended()
             if run is not None and run is self.shown:
                 self._follow.stop()  # the last redraw is due now, with every step in: never skipped
                 self.finished.emit(ev)
@@ -392,8 +422,10 @@ class Playground(QObject):
         elif isinstance(ev, Failed):
             if fail_runs(self.session, ev):
                 self.session_changed.emit()
+            if self._plan is not None and not self._submitted.beside(ev.request_id):
+                self._plan.stop()  # the window's model failed: it fails every job of the plan
             if self._current(ev.request_id) and self._submitted.ended(self.session):  # (a failed score: no)
-                self._set_busy(False)
+                self._job_ended()
             if self._submitted.beside(ev.request_id):
                 return  # the model beside the window's failed: its runs say why, the others go on
             if ev.opt_in:

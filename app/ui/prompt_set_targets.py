@@ -7,12 +7,11 @@ with one line that says what to do.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from app.core.events import Request
+from app.core.job_plan import Target
 from app.core.models import ModelSpec
-from app.core.prompt_sets import PromptResult, label_names, settings_label
+from app.core.prompt_sets import label_names, settings_label
 from app.core.settings import SamplerSettings, SettingsError
 from app.ui.column_model import short_name
 
@@ -22,15 +21,6 @@ if TYPE_CHECKING:
 
 WINDOW, COLUMNS, SWEEP_CELL = "the window's settings", "the side-by-side columns", "the sweep's selected cell"
 SOURCES = (WINDOW, COLUMNS, SWEEP_CELL)
-
-
-@dataclass(frozen=True)
-class Target:
-    """One settings a prompt set runs under, and its label in the results and their exports."""
-
-    label: str
-    settings: SamplerSettings
-    model: ModelSpec | None = None  # None: the window's
 
 
 def window_targets(settings: SamplerSettings) -> list[Target]:
@@ -61,14 +51,3 @@ def sweep_cell_targets(sweep: SweepView | None) -> list[Target]:
     if cell is None:
         raise SettingsError("no sweep cell selected: click one of the sweep's cells")
     return [Target(settings_label(cell.settings, tuple(cell.values)), cell.settings)]
-
-
-@dataclass
-class PromptRun:
-    """One prompt of the set under one target: its row, its request once started, its samples' results once done."""
-
-    index: int
-    prompt: str
-    target: Target
-    request: Request | None = None
-    results: tuple[PromptResult, ...] | None = None

@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.compare import compare
-from app.core.events import Message, Request
+from app.core.job_plan import PromptRun, PromptSetPlan, Target
 from app.core.prompt_sets import (
     PromptResult,
     PromptSet,
@@ -46,8 +46,6 @@ from app.ui.prompt_set_targets import (
     COLUMNS,
     SOURCES,
     SWEEP_CELL,
-    PromptRun,
-    Target,
     column_targets,
     sweep_cell_targets,
     window_targets,
@@ -76,7 +74,8 @@ class PromptSetView(QWidget):
         self._tools: dict[str, Any] = getattr(parent, "tools", {})  # the window's views by name: "side", "sweep"
         self.jobs: list[PromptRun] = []
         self._results: list[PromptResult] = []  # the last run's, in the order they finished (or the session's)
-        self._running = self._stopping = self._filling = False
+        self.plan = PromptSetPlan()  # the set's runs, prompt after prompt, run by the view-model
+        self._running = self._filling = False
         self._n = 1  # samples per prompt of the run in progress
         self.paste = QPlainTextEdit(placeholderText="Paste prompts here: one per line, or blocks separated by a "
                                     "blank line")
@@ -148,9 +147,8 @@ class PromptSetView(QWidget):
         self.stop_button.clicked.connect(self.stop)
         self.export_button.clicked.connect(self._choose_export)
         self.pg.session_changed.connect(self._score)
-        self.pg.job_ended.connect(self._next_if_running)
+        self.pg.plan_ended.connect(self._ended)
         self.pg.session_replaced.connect(self._restore)
-        self.pg.failed.connect(lambda _message: self._halt())
 
     # the set ----------------------------------------------------------------------------------------------
     def prompt_list(self) -> list[str]:
@@ -253,11 +251,14 @@ class PromptSetView(QWidget):
         except SettingsError as e:
             return self._refuse(str(e))
         self.jobs = [PromptRun(i, p, t) for i, p in enumerate(prompts) for t in targets]
-        self._results, self._stopping, self._n = [], False, self.count.value()
+        self._results, self._n = [], self.count.value()
+        self.plan = PromptSetPlan(self.jobs, self.pg.make_request(base), self._n)
         self.table.show_results([])
         self._store()
-        self._set_running(True)
-        return self._start_next()
+        started = self.pg.run_plan(self.plan)
+        self._set_running(started)
+        self._progress()
+        return started
 
     def targets(self, base: SamplerSettings) -> list[Target]:
         """The settings the set runs under, as "run against" says, over the panel's `base` (SettingsError: none)."""
@@ -270,7 +271,7 @@ class PromptSetView(QWidget):
 
     def stop(self) -> None:
         """Stop the run in progress; the runs not started are not run."""
-        self._stopping = True
+        self.plan.stop()
         self.pg.stop()
 
     def results(self) -> list[PromptResult]:
@@ -303,36 +304,9 @@ class PromptSetView(QWidget):
         except SettingsError as e:
             self.status.setText(str(e))
 
-    def _request(self, job: PromptRun) -> Request:
-        settings = job.target.settings
-        base = self.pg.make_request(settings)
-        messages = None if base.messages is None else (
-            *(m for m in base.messages if m.role == "system"), Message("user", job.prompt))
-        return Request(model=job.target.model or base.model, prompt=job.prompt, messages=messages, settings=settings,
-                       top_n=base.top_n, n=self._n)
-
-    def _next_if_running(self) -> None:
-        """The next job, unless the run ended meanwhile (stopped, or another session opened)."""
-        if self._running:
-            self._start_next()
-
-    def _start_next(self) -> bool:
-        """The next prompt under every target, as one job: the targets on one model decode in one batch, a column
-        on another model runs beside it (so no model is reloaded between targets)."""
-        nxt = [j for j in self.jobs if j.request is None]
-        if not nxt or self._stopping:
+    def _ended(self, plan: PromptSetPlan) -> None:
+        if plan is self.plan:
             self._set_running(False)
-            return False
-        batch = [j for j in nxt if j.index == nxt[0].index]
-        for job in batch:
-            job.request = self._request(job)
-        if not self.pg.generate_together([j.request for j in batch]):
-            for job in batch:
-                job.request = None
-            self._set_running(False)
-            return False
-        self._progress()
-        return True
 
     def _score(self) -> None:
         """Runs finished: take `compare`'s statistics of each job whose samples have all ended, in the set's order
@@ -348,10 +322,6 @@ class PromptSetView(QWidget):
             self._progress()
             self._store()
 
-    def _halt(self) -> None:
-        if self._running:
-            self._stopping = True
-
     def _set_running(self, running: bool) -> None:
         self._running = running
         self.run_button.setEnabled(not running)
@@ -365,7 +335,7 @@ class PromptSetView(QWidget):
         if not self.jobs:
             return
         done = sum(j.results is not None for j in self.jobs)
-        word = ("done, running the next…" if self._running and not self._stopping
+        word = ("done, running the next…" if self._running and not self.plan.stopped
                 else "done, stopped" if done < len(self.jobs) else "done")
         prompts, targets = len({j.index for j in self.jobs}), list(dict.fromkeys(j.target.label for j in self.jobs))
         self.status.setText(f"{done} of {len(self.jobs)} runs {word} · {prompts} prompts × {len(targets)} settings · "

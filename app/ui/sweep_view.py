@@ -15,7 +15,6 @@ from __future__ import annotations
 import csv
 import io
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, Signal
@@ -35,10 +34,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.compare import STATISTICS, Axis, Cell, Comparison, compare, make_grid, parse_axis, sweep_header, sweep_row
-from app.core.events import Request
+from app.core.compare import STATISTICS, Axis, compare, make_grid, parse_axis, sweep_header, sweep_row
 from app.core.export import shade_rgba
 from app.core.files import write_atomic
+from app.core.job_plan import CellRun, SweepPlan
 from app.core.settings import FIELDS, SettingsError
 
 if TYPE_CHECKING:
@@ -47,16 +46,6 @@ if TYPE_CHECKING:
 DEFAULT_AXES = (("temperature", "0.2,0.7,1.2"), ("top_p", "0.8,0.95,1"))
 MAX_BATCH_ROWS = 64  # rows decoded together at most (a cell of N samples is N rows; a cell is never split)
 SHADES = 20
-
-
-@dataclass
-class CellRun:
-    """A cell of the sweep: its settings, its request once started, its statistics once done."""
-
-    cell: Cell
-    request: Request | None = None
-    result: Comparison | None = None
-    stopped: bool = False  # its samples were cancelled (or failed) before they ended: no statistics
 
 
 class SweepView(QWidget):
@@ -71,10 +60,9 @@ class SweepView(QWidget):
         self.pg = playground
         self.cells: list[CellRun] = []
         self.axes: tuple[Axis, Axis] | None = None
-        self._stopping = False
+        self.plan = SweepPlan()  # the sweep's cells, run batch after batch by the view-model
         self._running = False
         self.batch_rows = MAX_BATCH_ROWS
-        self.batches = 0  # batches submitted in this sweep
         self.names = [QComboBox() for _ in DEFAULT_AXES]
         self.values = [QLineEdit(v) for _, v in DEFAULT_AXES]
         for combo, (name, _) in zip(self.names, DEFAULT_AXES, strict=True):
@@ -117,9 +105,8 @@ class SweepView(QWidget):
         self.statistic.currentTextChanged.connect(lambda _s: self._draw())
         self.grid.cellClicked.connect(self.open_cell)
         self.pg.session_changed.connect(self._score)
-        self.pg.job_ended.connect(self._next_if_running)
+        self.pg.plan_ended.connect(self._ended)
         self.pg.session_replaced.connect(self._forget)
-        self.pg.failed.connect(lambda _message: self._halt())  # a model that fails to load fails every cell
 
     # verbs ------------------------------------------------------------------------------------------------
     def run(self) -> bool:
@@ -144,19 +131,23 @@ class SweepView(QWidget):
             self.failed.emit(str(e))
             self.status.setText(str(e))
             return False
-        self.axes, self.cells, self._stopping, self.batches = (axes[0], axes[1]), [CellRun(c) for c in cells], False, 0
+        self.axes, self.cells = (axes[0], axes[1]), [CellRun(c) for c in cells]
+        self.plan = SweepPlan(self.cells, self.pg.make_request(settings), self.count.value(), self.batch_rows)
         self._make_grid()
-        self._set_running(True)
-        return self._start_next()
+        started = self.pg.run_plan(self.plan)
+        self._set_running(started)
+        self._progress()
+        return started
+
+    @property
+    def batches(self) -> int:
+        """Batches submitted in this sweep."""
+        return self.plan.jobs
 
     def stop(self) -> None:
         """Stop the batch in progress; its cells and those not started stay empty."""
-        self._stopping = True
+        self.plan.stop()
         self.pg.stop()
-
-    def _halt(self) -> None:
-        if self._running:
-            self._stopping = True
 
     def open_cell(self, row: int, col: int) -> None:
         cr = self._at(row, col)
@@ -178,39 +169,14 @@ class SweepView(QWidget):
         return out.getvalue()
 
     # running ----------------------------------------------------------------------------------------------
-    def _next_if_running(self) -> None:
-        """The next job, unless the run ended meanwhile (stopped, or another session opened)."""
-        if self._running:
-            self._start_next()
-
-    def _start_next(self) -> bool:
-        batch = self._next_batch()
-        if not batch or self._stopping:
+    def _ended(self, plan: SweepPlan) -> None:
+        if plan is self.plan:
             self._set_running(False)
             self._progress()
-            return False
-        for cr in batch:
-            base = self.pg.make_request(cr.cell.settings)
-            cr.request = Request(model=base.model, prompt=base.prompt, messages=base.messages,
-                                 settings=cr.cell.settings, top_n=base.top_n, n=self.count.value())
-        if not self.pg.generate_together([cr.request for cr in batch]):
-            for cr in batch:
-                cr.request = None
-            self._set_running(False)
-            return False
-        self.batches += 1
-        self._progress()
-        return True
-
-    def _next_batch(self) -> list[CellRun]:
-        """The next cells not started, as many as fit in `batch_rows` rows (at least one)."""
-        waiting = [cr for cr in self.cells if cr.request is None]
-        per_batch = max(1, self.batch_rows // self.count.value())
-        return waiting[:per_batch]
 
     def _score(self) -> None:
-        """A run finished somewhere: score each started cell whose samples have all ended (the next batch starts
-        once the model thread is free: `busy_changed`); a cell stopped before its end stays empty."""
+        """A run finished somewhere: score each started cell whose samples have all ended (the view-model starts the
+        next batch); a cell stopped before its end stays empty."""
         for cr in self.cells:
             if cr.request is None or cr.result is not None or cr.stopped:
                 continue
@@ -240,13 +206,14 @@ class SweepView(QWidget):
 
     def _progress(self) -> None:
         done = sum(cr.result is not None for cr in self.cells)
-        word = "stopped" if self._stopping else "done" if done == len(self.cells) else "running"
+        word = "stopped" if self.plan.stopped else "done" if done == len(self.cells) else "running"
         batches = f"{self.batches} batch{'es' * (self.batches != 1)}"
         self.status.setText(f"{done} of {len(self.cells)} cells {word} · {self.count.value()} samples each, "
                             f"{batches} · colour: red the lowest value shown, green the highest · click a cell for "
                             "its samples")
 
     def _forget(self) -> None:
+        self.plan.stop()
         self.cells, self.axes = [], None
         self.grid.setRowCount(0)
         self.grid.setColumnCount(0)

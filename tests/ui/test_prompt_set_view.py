@@ -263,3 +263,29 @@ def test_a_prompt_against_columns_on_two_models_is_one_job_and_the_window_s_mode
     assert w.playground.info.name == runs_of(w, view.jobs[0].request.id)[0].trace.model["name"]
     assert_rows_are_compare_of_the_runs(w, view)
 
+
+
+def test_a_set_started_the_moment_a_sweep_ends_runs_every_prompt(qtbot, window):
+    """No neighbour's bookkeeping comes between two jobs of a plan: a set started on the very turn the sweep's last
+    job ends (when the model thread is free) runs all its prompts, none refused as busy."""
+    w = window
+    w.sampler.editors["max_tokens"].setValue(2)
+    w.tools["sweep"].trigger()
+    sweep = w.tools["sweep"].view
+    sweep.count.setValue(1)
+    sweep.values[0].setText("0.2,1.4")
+    sweep.values[1].setText("0.5,1")
+    view = prompt_set_window(w, PROMPTS[:2], max_tokens=2)
+    started = []
+
+    def start_the_set(busy: bool) -> None:
+        if not busy and not started:
+            started.append(view.run())
+
+    w.playground.busy_changed.connect(start_the_set)
+    assert sweep.run()
+    qtbot.waitUntil(lambda: bool(started) and not w.playground.busy and not view._running, timeout=RUN_TIMEOUT)
+    w.playground.busy_changed.disconnect(start_the_set)
+    assert started == [True] and all(c.result is not None for c in sweep.cells)
+    assert [j.results is not None for j in view.jobs] == [True, True], view.status.text()
+    assert view.status.text().startswith("2 of 2 runs done ·")
