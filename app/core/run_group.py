@@ -48,11 +48,11 @@ class RunGroup:
 
 def to_json(group: RunGroup) -> dict[str, Any]:
     return {"kind": group.kind, "columns": [
-        {"run": c.run_id, "label": c.label, "model": None if c.model is None else _model_json(c.model)}
+        {"run": c.run_id, "label": c.label, "model": None if c.model is None else model_json(c.model)}
         for c in group.columns]}
 
 
-def _model_json(spec: ModelSpec) -> dict[str, Any]:
+def model_json(spec: ModelSpec) -> dict[str, Any]:
     """What identifies a model (never a server's key: only the environment variable that holds it, if named)."""
     return {"source": spec.source, "backend": spec.backend, "base_url": spec.base_url,
             "api_key_env": spec.api_key_env}
@@ -73,10 +73,10 @@ def _column(obj: Any, where: str) -> GroupColumn:
     model = read_field(obj, "model", is_a(dict), "an object", null=True, default=None, where=where)
     return GroupColumn(read_field(obj, "run", whole, "a whole number", where=where),
                        read_field(obj, "label", is_a(str), "text", default="", where=where),
-                       None if model is None else _model(model, f"{where}model."))
+                       None if model is None else read_model(model, f"{where}model."))
 
 
-def _model(obj: dict[str, Any], where: str) -> ModelSpec:
+def read_model(obj: dict[str, Any], where: str) -> ModelSpec:
     return ModelSpec(source=read_field(obj, "source", is_a(str), "text", where=where),
                      backend=read_field(obj, "backend", is_a(str), "text", where=where),
                      base_url=read_field(obj, "base_url", is_a(str), "text", default="", where=where),

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from app.core.events import Finished, Prefilled, Request
 from app.core.run_group import RunGroup
+from app.core.view_records import Views
 
 if TYPE_CHECKING:
     from app.core.prompt_sets import PromptSet
@@ -46,6 +47,7 @@ class Session:
     runs: dict[int, Run] = field(default_factory=dict)  # in the order they were started
     groups: list[RunGroup] = field(default_factory=list)  # runs compared together (side by side), oldest first
     prompt_set: PromptSet | None = None  # the prompt set and its last run's results (None: none)
+    views: Views = field(default_factory=Views)  # what the beam, speculative, sweep and samples views showed
 
     def start(self, request: Request) -> list[Run]:
         """Register the runs of a request (one per sample)."""

@@ -1,8 +1,10 @@
 """The session file: what a person made in the window as one versioned JSON Lines file. A header line (prompt,
-chat messages, sampler settings, the model's source and backend, the run shown), then per run a line with its
-name followed by its trace in the trace file's own lines (`trace.to_lines`; the trace's header holds the run id
-and parent). Written atomically, read back equal; a newer or damaged file raises `SessionFormatError` naming
-file and line, and nothing is half-loaded. A lone run's trace file opens as a session of that run. No Qt.
+chat messages, sampler settings, the model's source and backend, the run shown, and what the views showed:
+side-by-side groups, the prompt set, the `views` records), then per run a line with its name (and, for one of N
+samples, its request) followed by its trace in the trace file's own lines (`trace.to_lines`; the trace's header
+holds the run id and parent). A key newer than a file is absent from it: nothing of that kind. Written atomically,
+read back equal; a newer or damaged file raises `SessionFormatError` naming file and line, and nothing is
+half-loaded. A lone run's trace file opens as a session of that run. No Qt.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from app.core.prompt_sets import PromptSet, prompt_set_json, read_prompt_set_jso
 from app.core.run_group import RunGroup
 from app.core.session import Run, Session
 from app.core.settings import SamplerSettings, read_settings
+from app.core.view_records import Views, read_views, views_json
 
 if TYPE_CHECKING:
     from app.core.trace import RunTrace
@@ -41,6 +44,7 @@ class SessionFormatError(ValueError):
 class SavedRun:
     name: str  # the user's name for the branch ("": labelled by its first tokens)
     trace: RunTrace  # its run_id and parent are the run's own
+    request: int | None = None  # one of N samples of a request: the request's id (None: a request of its own)
 
     @property
     def id(self) -> int:
@@ -64,6 +68,7 @@ class SavedSession:
     origin: str = ""  # an autosave's: the file the session was last saved to or opened from ("": none)
     groups: tuple[RunGroup, ...] = ()  # runs compared together (side by side); absent from older files
     prompt_set: PromptSet | None = None  # the prompt set and its last results; absent from older files
+    views: Views = field(default_factory=Views)  # what the beam, sweep... views showed; absent from older files
 
 
 def save(doc: SavedSession, path: str | os.PathLike, cache: EncodedTraces | None = None) -> None:
@@ -80,9 +85,11 @@ def encode(doc: SavedSession, cache: EncodedTraces | None = None) -> Iterator[st
                   "settings": doc.settings.to_dict(), "model": {"source": doc.model, "backend": doc.backend},
                   "shown": doc.shown, "origin": doc.origin, "runs": len(doc.runs),
                   "groups": [run_group.to_json(g) for g in doc.groups],
-                  **({"prompt_set": prompt_set_json(doc.prompt_set)} if doc.prompt_set is not None else {})})
+                  **({"prompt_set": prompt_set_json(doc.prompt_set)} if doc.prompt_set is not None else {}),
+                  **({"views": views} if (views := views_json(doc.views)) else {})})
     for run in doc.runs:
-        yield _dumps({"run": run.id, "name": run.name, "steps": len(run.trace.steps)})
+        yield _dumps({"run": run.id, "name": run.name, "steps": len(run.trace.steps),
+                      **({"request": run.request} if run.request is not None else {})})
         yield from cache.lines(run.trace)
     cache.forget_all_but(doc.runs)
 
@@ -160,8 +167,9 @@ def from_lines(lines: Sequence[str | bytes], name: str = "<session>") -> SavedSe
 
 def runs_of(session: Session) -> tuple[SavedRun, ...]:
     """The session's runs that left a trace (a run still streaming or one that failed has none), each trace
-    carrying its run's id and parent as the session numbers them."""
-    return tuple(SavedRun(r.name, replace(r.trace, run_id=r.id, parent=r.parent))
+    carrying its run's id and parent as the session numbers them; the samples of one request name it."""
+    return tuple(SavedRun(r.name, replace(r.trace, run_id=r.id, parent=r.parent),
+                          r.request.id if r.request.n > 1 else None)
                  for r in session.runs.values() if r.trace is not None)
 
 
@@ -176,28 +184,39 @@ def to_session(doc: SavedSession) -> tuple[Session, int | None]:
 
     Runs keep their saved ids (what the tree, the exports and the user call them), and ids given out from then on
     are above them, so a run started later never takes one. Ids a file could not have written (not from 1 to
-    `MAX_RUN_ID`) are given fresh instead; parents follow them."""
+    `MAX_RUN_ID`) are given fresh instead; parents and the views' records follow them. The samples of one request
+    are again one request's."""
     session, new_ids = Session(), {}
     spec = ModelSpec(doc.model, doc.backend)
     keep = all(1 <= saved.id <= MAX_RUN_ID for saved in doc.runs)
     if keep and doc.runs:
         _ids_above(max(saved.id for saved in doc.runs))
-    for saved in doc.runs:
-        parent = saved.parent
+    for samples in _requests(doc.runs):
+        first = samples[0]
+        parent = first.parent
         if parent is not None:
             parent = (new_ids[parent[0]], parent[1]) if parent[0] in new_ids else None
-        ids = {"id": saved.id, "run_ids": (saved.id,)} if keep else {}
-        request = Request(model=spec, prompt_ids=tuple(saved.trace.prompt_ids), settings=saved.trace.settings,
-                          parent=parent, branch=saved.trace.branch, **ids)
-        run = session.start(request)[0]
-        _finish(run, replace(saved.trace, run_id=run.id, parent=parent), saved.name)
-        new_ids[saved.id] = run.id
+        ids = {"id": first.id, "run_ids": tuple(saved.id for saved in samples)} if keep else {}
+        request = Request(model=spec, prompt_ids=tuple(first.trace.prompt_ids), settings=first.trace.settings,
+                          parent=parent, branch=first.trace.branch, n=len(samples), **ids)
+        for run, saved in zip(session.start(request), samples, strict=True):
+            _finish(run, replace(saved.trace, run_id=run.id, parent=parent), saved.name)
+            new_ids[saved.id] = run.id
     _regroup(session, doc.groups, new_ids)
     session.prompt_set = doc.prompt_set
+    session.views = doc.views.renumbered(new_ids)
     shown = new_ids.get(doc.shown) if doc.shown is not None else None
     if shown is None and session.runs:
         shown = next(reversed(session.runs))
     return session, shown
+
+
+def _requests(runs: Iterable[SavedRun]) -> list[list[SavedRun]]:
+    """The saved runs by request, in the order saved: the samples of one request together, any other run alone."""
+    requests: dict[object, list[SavedRun]] = {}
+    for saved in runs:
+        requests.setdefault(saved.id if saved.request is None else ("samples of", saved.request), []).append(saved)
+    return list(requests.values())
 
 
 def _regroup(session: Session, groups: Iterable[RunGroup], new_ids: dict[int, int]) -> None:
@@ -263,7 +282,8 @@ def _header_fields(obj: dict[str, Any]) -> tuple[SavedSession, int]:
                        origin=read_field(obj, "origin", is_a(str), "text", default=""),
                        groups=tuple(run_group.from_json(g, f"groups[{i}].") for i, g in enumerate(
                            read_field(obj, "groups", is_a(list), "a list", default=[]))),
-                       prompt_set=None if obj.get("prompt_set") is None else read_prompt_set_json(obj["prompt_set"]))
+                       prompt_set=None if obj.get("prompt_set") is None else read_prompt_set_json(obj["prompt_set"]),
+                       views=Views() if obj.get("views") is None else read_views(obj["views"]))
     return doc, read_field(obj, "runs", lambda v: whole(v) and v >= 0, "a count")
 
 
@@ -274,13 +294,14 @@ def _run(lines: Sequence[str | bytes], i: int, name: str) -> tuple[SavedRun, int
         run_id = read_field(obj, "run", whole, "a whole number")
         run_name = read_field(obj, "name", is_a(str), "text")
         steps = read_field(obj, "steps", lambda v: whole(v) and v >= 0, "a count")
+        request = read_field(obj, "request", whole, "a whole number", null=True, default=None)
     except ValueError as e:
         raise SessionFormatError(f"{name}:{i + 1}: damaged run line ({e})") from None
     end = i + 1 + steps + 2  # the trace: a header, a line per step, a footer
     trace = _trace(lines[i + 1: end], name, i + 2)
     if trace.run_id != run_id:
         raise SessionFormatError(f"{name}:{i + 2}: the trace of run {run_id} says it is run {trace.run_id}")
-    return SavedRun(run_name, trace), end
+    return SavedRun(run_name, trace, request), end
 
 
 def _trace(lines: Iterable[str | bytes], name: str, first: int) -> RunTrace:

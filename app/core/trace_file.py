@@ -41,7 +41,7 @@ def encode(header: dict[str, Any], steps: Sequence[StepTrace], footer: dict[str,
            "settings": header["settings"].to_dict(), "seed": header["seed"], "prompt_ids": list(header["prompt_ids"]),
            "prompt_text": header["prompt_text"], "branch": header["branch"]}
     for st in steps:
-        yield _step_line(st)
+        yield step_json(st)
     yield {"end": True, "steps": len(steps), "finish_reason": footer["finish_reason"],
            "metrics": {k: json_number(v) for k, v in asdict(metrics).items()} if metrics is not None else None,
            **({"finish_message": message} if message else {})}
@@ -68,8 +68,7 @@ def decode(lines: Iterable[str | bytes], name: str = "<trace>") -> tuple[dict[st
             elif obj.get("end") is True:
                 footer = _footer(len(steps), obj)
             else:
-                with np.errstate(over="ignore"):  # a number past float32 is read as infinity
-                    steps.append(_step_from(obj, len(steps), texts))
+                steps.append(read_step(obj, len(steps), texts))
         except TraceFormatError as e:
             raise TraceFormatError(f"{name}:{number}: {e}") from None
         except (ValueError, TypeError) as e:  # a field's check (or the record's own) says which and why
@@ -115,7 +114,8 @@ def _metric(m: dict[str, Any], key: str, kind: str) -> float | None:
     return _number(m, key, null=null, where="metrics.")
 
 
-def _step_line(st: StepTrace) -> dict[str, Any]:
+def step_json(st: StepTrace) -> dict[str, Any]:
+    """A step's line (a beam hypothesis' steps are kept in a session file as these too)."""
     s = st.sample
     line = {"step": st.step, "token": s.token, "text": st.text, "top_texts": list(st.top_texts),
             "seconds": json_number(st.seconds), "rank": s.rank, "u": json_number(s.u), "stages": list(s.stage_names),
@@ -127,6 +127,12 @@ def _step_line(st: StepTrace) -> dict[str, Any]:
                     kept_counts=s.kept_counts.tolist(),
                     top_p_cumulative=None if s.top_p_cumulative is None else json_floats(s.top_p_cumulative))
     return line
+
+
+def read_step(obj: dict[str, Any], index: int, texts: dict[str, str]) -> StepTrace:
+    """Step `index` from its line (`step_json`); `texts` keeps one string object per distinct candidate text."""
+    with np.errstate(over="ignore"):  # a number past float32 is read as infinity
+        return _step_from(obj, index, texts)
 
 
 def _step_from(obj: dict[str, Any], index: int, texts: dict[str, str]) -> StepTrace:
@@ -145,7 +151,8 @@ def _step_from(obj: dict[str, Any], index: int, texts: dict[str, str]) -> StepTr
     else:
         stages = read_field(obj, "stages", lambda v: _list_of(v, lambda x: isinstance(x, str) and x in STAGES),
                             f"a list of stage names ({', '.join(STAGES[:4])}, ...)")
-        kept = _array(obj, "kept", 2, whole=True)
+        kept = (np.zeros((0, probs.shape[-1])) if not stages and obj.get("kept") == []  # a search's step: no stage
+                else _array(obj, "kept", 2, whole=True))
         top_logits = _array(obj, "top_logits", 1)
         cumulative = read_field(obj, "top_p_cumulative", is_a(list), "a list", null=True)
         cumulative = None if cumulative is None else _array(obj, "top_p_cumulative", 1)
@@ -158,7 +165,7 @@ def _step_from(obj: dict[str, Any], index: int, texts: dict[str, str]) -> StepTr
         if cumulative is not None and len(cumulative) != n:
             raise ValueError(f"top_p_cumulative holds {len(cumulative)} numbers for {n} candidates")
         sample = Sample.record(
-            token=token, rank=read_field(obj, "rank", whole, "a whole number"), u=_number(obj, "u"),
+            token=token, rank=read_field(obj, "rank", whole, "a whole number"), u=_number(obj, "u", null=True),
             stage_names=tuple(stages), top_ids=top_ids, top_logits=top_logits, probs=probs, kept=kept,
             thresholds=_array(obj, "thresholds", 1), kept_counts=_array(obj, "kept_counts", 1, whole=True),
             top_p_cumulative=cumulative, **scalars)
@@ -193,6 +200,8 @@ def _array(obj: dict[str, Any], key: str, ndim: int, whole: bool = False, low: i
     v = read_field(obj, key, is_a(list), "a list")
     a = _numbers(v, ndim)
     if a is not None and whole:
+        if a.size == 0:  # ([] reads as floats: a stage-less step's kept_counts)
+            a = a.astype(np.int64)
         a = a if a.dtype.kind in "iu" and (a.size == 0 or (a.min() >= low and a.max() <= MAX_ID)) else None
     if a is None:
         shape = "a list" if ndim == 1 else "a list of equally long lists"

@@ -9,6 +9,7 @@ forks like any other. Every number shown is the recorded one.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, Signal
@@ -40,6 +41,7 @@ from app.core.beam import (
 from app.core.beam_run import BeamRequest, open_request
 from app.core.events import Failed
 from app.core.settings import SettingsError
+from app.core.view_records import BeamRecord
 from app.ui.beam_tree import BeamTree
 from app.ui.formatting import format_logprob, visible
 from app.ui.model_job import ModelJob
@@ -50,6 +52,7 @@ if TYPE_CHECKING:
 
 EARLY = {"false: when no beam can do better": False, "true: once width are finished": True,
          "never: judge at max length": "never"}
+READY = "Set the beams and press Run: the search runs on the prompt and model of the window."
 COLUMNS = ("#", "score", "log p", "tokens", "end", "text", "")
 STEP_COLUMNS = ("beam", "token", "log p(token)", "cumulative", "fate", "score")
 
@@ -82,6 +85,15 @@ class BeamControls(QWidget):
         return BeamSettings(self.width_box.value(), self.penalty.value(), EARLY[self.early.currentText()],
                             self.ngram.value(), self.max_tokens.value())
 
+    def set_settings(self, s: BeamSettings) -> None:
+        """Show `s` (a reopened search's settings)."""
+        self.width_box.setValue(s.width)
+        self.penalty.setValue(s.length_penalty)
+        self.early.setCurrentText(next(k for k, v in EARLY.items()
+                                       if type(v) is type(s.early_stopping) and v == s.early_stopping))
+        self.ngram.setValue(s.no_repeat_ngram)
+        self.max_tokens.setValue(s.max_tokens)
+
 
 class BeamView(QDockWidget):
     opened = Signal(int)  # the run id a hypothesis was opened as
@@ -105,12 +117,13 @@ class BeamView(QDockWidget):
         self.step_label = QLabel("Click a step in the tree: its candidates, with the scores that decided the cut.")
         self.step_label.setWordWrap(True)
         self.shown_step: int | None = None  # None: follow the latest step
-        self.status = QLabel("Set the beams and press Run: the search runs on the prompt and model of the window.")
+        self.status = QLabel(READY)
         self.status.setWordWrap(True)
         self._build()
         self.job = ModelJob(playground, self)  # the search on the model thread: its queue, drained on a timer
         self._started: BeamStarted | None = None
         self._spec: ModelSpec | None = None
+        self._settings: BeamSettings | None = None
         self._texts: dict[int, str] = {}  # token id -> display text, for every token a step named
         self.steps: list[BeamStep] = []  # the records drawn, in order
         self.result: BeamFinished | None = None
@@ -119,6 +132,8 @@ class BeamView(QDockWidget):
         self.controls.run.clicked.connect(self.run)
         self.controls.stop.clicked.connect(self.stop)
         self.tree.step_clicked.connect(self.show_step)
+        playground.session_replaced.connect(self.restore)
+        self.restore()
 
     def _build(self) -> None:
         split = QSplitter(Qt.Orientation.Vertical)
@@ -164,7 +179,9 @@ class BeamView(QDockWidget):
         e = self.playground.editing
         request = BeamRequest(model=e.model, prompt=e.prompt.text, messages=e.prompt.chat_messages, settings=settings)
         self._spec = e.model  # the model the search runs on: a hypothesis opens on it, whatever is chosen next
+        self._settings = settings
         self._reset()
+        self._store(None)
         self.job.start(request, self.playground.worker.beam)
         self.status.setText("Prefilling the prompt…")
         return True
@@ -189,14 +206,14 @@ class BeamView(QDockWidget):
         """One event of the search: a column per step, the hypotheses at the end."""
         if isinstance(ev, BeamStarted):
             self._started = ev
-            self.tree.clear(self.playground.tokenizer.decode(ev.prompt_ids) if self.playground.tokenizer else "")
+            self.tree.clear(self._prompt_of(ev))
         elif isinstance(ev, BeamStepped):
             self.steps.append(ev.step)
             self._texts.update(ev.texts)
             self.tree.add_step(ev.step, self._texts)
             if self.shown_step is None:
                 self._fill_step(ev.step)
-            self.status.setText(f"Step {ev.step.step + 1}: {sum(c.fate == 'kept' for c in ev.step.candidates)}"
+            self.status.setText(f"Step {ev.step.step}: {sum(c.fate == 'kept' for c in ev.step.candidates)}"
                                 f" beams live")
         elif isinstance(ev, BeamFinished):
             self._finish(ev)
@@ -226,13 +243,49 @@ class BeamView(QDockWidget):
         self.step_table.resizeColumnsToContents()
 
     def _finish(self, ev: BeamFinished) -> None:
-        self.result = ev
         self.job.done()
+        self._show_result(ev)
+        started, spec, settings = self._started, self._spec, self._settings
+        self._store(None if started is None or spec is None or settings is None else
+                    BeamRecord(spec, settings, started, tuple(self.steps), dict(self._texts), ev))
+        self.finished.emit(ev)
+
+    def _show_result(self, ev: BeamFinished) -> None:
+        self.result = ev
         self._fill(ev)
         r = ev.result
         why = {"done": "no live beam could do better", "length": "max tokens reached", "cancelled": "stopped"}
         self.status.setText(f"{len(r.hypotheses)} hypotheses after {r.steps} steps ({why[r.reason]}), best first")
-        self.finished.emit(ev)
+
+    def _prompt_of(self, started: BeamStarted) -> str:
+        """The prompt as the tree's root shows it (its recorded text where no tokenizer is loaded yet)."""
+        tokenizer = self.playground.tokenizer
+        return tokenizer.decode(started.prompt_ids) if tokenizer is not None else started.prompt_text
+
+    # the session keeps what the view shows ------------------------------------------------------------------
+    def _store(self, record: BeamRecord | None) -> None:
+        """Keep the search shown in the session (what its file saves); a new one marks the session modified."""
+        session = self.playground.session
+        if record is not session.views.beam:
+            session.views = replace(session.views, beam=record)
+            self.playground.session_changed.emit()
+
+    def restore(self) -> None:
+        """Draw the session's beam search (a reopened session's) from its records, as its events drew it; or
+        nothing."""
+        record = self.playground.session.views.beam
+        self._reset()
+        self.step_table.setRowCount(0)
+        if record is None:
+            self._spec = self._settings = None
+            self.status.setText(READY)
+            return
+        self._spec, self._settings = record.model, record.settings
+        self.controls.set_settings(record.settings)
+        self._on_event(record.started)
+        for step in record.steps:
+            self._on_event(BeamStepped(record.started.request_id, step, record.texts))
+        self._show_result(record.finished)
 
     def _fill(self, ev: BeamFinished) -> None:
         self.table.setRowCount(len(ev.result.hypotheses))

@@ -5,11 +5,13 @@ sample is a run of the session, so a row opens as the shown run (double-click) a
 the list: distinct-1/2, unique completions, the spread of mean log-probabilities and a chart of how many samples
 still agree with the most common continuation, position by position. Every number drawn is
 `app.core.compare`'s, computed once when the samples are done; this view only lays them out and sorts the rows.
+The list shown is kept in the session (`Views.samples`) and drawn again, from those numbers, when it is reopened.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -29,7 +31,10 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.compare import Comparison, SampleStats, compare
-from app.core.export import token_spans
+from app.core.export import order_text, token_spans
+from app.core.prompt_sets import label_names, settings_label
+from app.core.settings import SamplerSettings
+from app.core.view_records import SamplesRecord
 from app.ui.charts import RAW, ThemedPlot
 
 if TYPE_CHECKING:
@@ -48,6 +53,13 @@ EMPTY = "Press Sample ×N: N continuations of the prompt, drawn together (seeds 
 
 def _number(x: float | None, digits: int = 3) -> str:
     return "—" if x is None else "∞" if math.isinf(x) else f"{x:.{digits}f}"
+
+
+def settings_words(s: SamplerSettings) -> str:
+    """What samples ran under, short: the temperature and every setting away from its default, the stage order when
+    it is not the default one ("T=1.2, top-p=0.9")."""
+    words = settings_label(s, label_names([s]))
+    return words if s.stage_order == SamplerSettings().stage_order else f"{words}, order {order_text(s)}"
 
 
 class Cell(QTableWidgetItem):
@@ -107,7 +119,7 @@ class SamplesView(QWidget):
         self._key, self._descending = "sequence", False
         self._layout()
         self._wire()
-        self.clear()
+        self.restore()
 
     def _layout(self) -> None:
         self.table.setHorizontalHeaderLabels(COLUMNS)
@@ -143,7 +155,7 @@ class SamplesView(QWidget):
         self.pg.session_changed.connect(self._refresh)
         self.pg.steps_appended.connect(lambda _steps: self._progress())
         self.pg.busy_changed.connect(self._busy)
-        self.pg.session_replaced.connect(self.clear)
+        self.pg.session_replaced.connect(self.restore)
 
     # verbs ------------------------------------------------------------------------------------------------
     def sample(self) -> bool:
@@ -155,6 +167,7 @@ class SamplesView(QWidget):
         request = type(request)(model=request.model, prompt=request.prompt, messages=request.messages,
                                 settings=request.settings, top_n=request.top_n, n=self.count.value())
         self.clear()
+        self._store(None)
         self.request = request
         if not self.pg.generate(request):
             self.request = None
@@ -165,6 +178,7 @@ class SamplesView(QWidget):
     def show_request(self, request: Request) -> None:
         """List the samples of an earlier request of the session (a sweep's cell)."""
         self.clear()
+        self._store(None)
         self.request = request
         self._refresh()
 
@@ -190,6 +204,25 @@ class SamplesView(QWidget):
         self.chart.show_agreement((), 1)
         self.status.setText(EMPTY)
 
+    # the session keeps what the view shows --------------------------------------------------------------------
+    def _store(self, record: SamplesRecord | None) -> None:
+        """Keep the list shown in the session (what its file saves); a new one marks the session modified."""
+        session = self.pg.session
+        if record is not session.views.samples:
+            session.views = replace(session.views, samples=record)
+            self.pg.session_changed.emit()
+
+    def restore(self) -> None:
+        """Draw the session's list (a reopened session's) from its recorded statistics, or nothing."""
+        self.clear()
+        record = self.pg.session.views.samples
+        if record is None:
+            return
+        first = self.pg.session.get(record.run_ids[0]) if record.run_ids else None
+        self.request = first.request if first is not None else None
+        self.result = record.result
+        self._draw()
+
     # drawing ----------------------------------------------------------------------------------------------
     def _runs(self) -> list[Run]:
         return self.pg.session.of_request(self.request.id) if self.request is not None else []
@@ -214,13 +247,15 @@ class SamplesView(QWidget):
             return
         self.result = compare(traces)
         self._draw()
+        self._store(SamplesRecord(self.request.run_ids, self.result))
 
     def _draw(self) -> None:
         r = self.result
         assert r is not None
         s = r.stats
         settings = self.request.settings if self.request is not None else None
-        about = f" at temperature {settings.temperature:g}, seeds {settings.seed}…" if settings else ""
+        about = f" at {settings_words(settings)}, seeds {settings.seed}…" if settings else ""
+        self.count.setValue(s.n)  # the N of the list shown (a sweep's cell has its own)
         self.status.setText(f"{s.n} samples{about} (double-click one to open it; fork it from there)")
         self.summary.setText(
             f"distinct-1 <b>{s.distinct_1:.3f}</b> · distinct-2 <b>{s.distinct_2:.3f}</b> · unique completions "

@@ -95,6 +95,7 @@ class Sessions(QObject):
                             settings=e.settings, model=e.model.source, backend=e.model.backend,
                             runs=session_file.runs_of(self.pg.session),
                             groups=session_file.groups_of(self.pg.session), prompt_set=self.pg.session.prompt_set,
+                            views=self.pg.session.views,
                             shown=shown.id if shown is not None and shown.trace is not None else None, origin=origin)
 
     def state(self) -> tuple:
@@ -102,7 +103,7 @@ class Sessions(QObject):
         e = self.editing
         runs = tuple((r.id, r.name, r.parent) for r in self.pg.session.runs.values() if r.trace is not None)
         return (e.prompt, e.settings, e.model.source, e.model.backend, runs, session_file.groups_of(self.pg.session),
-                self.pg.session.prompt_set)
+                self.pg.session.prompt_set, self.pg.session.views)
 
     @property
     def modified(self) -> bool:
@@ -131,6 +132,7 @@ class Sessions(QObject):
         e.set_settings(doc.settings)
         e.set_model(replace(e.model, source=doc.model, backend=doc.backend))
         self._show_groups()
+        self._show_views()
         return True
 
     def _show_groups(self) -> None:
@@ -138,6 +140,15 @@ class Sessions(QObject):
         tool = getattr(self.w, "tools", {}).get("side")
         if tool is not None and any(g.kind == SIDE_BY_SIDE for g in self.pg.session.groups):
             tool.open()
+
+    def _show_views(self) -> None:
+        """A session saved with a view's record (a beam search, a speculative run, a sweep, a Sample ×N list) opens
+        that view, which draws it."""
+        views, tools = self.pg.session.views, getattr(self.w, "tools", {})
+        for name, record in (("beam", views.beam), ("speculative", views.speculative), ("sweep", views.sweep),
+                             ("samples", views.samples)):
+            if record is not None and name in tools:
+                tools[name].open()
 
     def _unsaved(self) -> SavedSession | None:
         """What the autosave keeps: the session with unsaved changes, None without."""

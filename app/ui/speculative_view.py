@@ -6,8 +6,9 @@ it; then one row for the token the target drew itself (blue): from the residual 
 after all were kept; then the drafts discarded after a rejection (grey: never judged, no step of the run). A
 summary line gives the acceptance rate, tokens per target forward and, at the end, the speed against plain
 decoding of the same target (timed in the same request).
-The run is a run of the session (its tokens stream into the output like any run); the dock sends the request
-through the `Playground` and draws its `Drafted` / `Speculated` events. It computes no probability itself.
+The run is a run of the session (its tokens stream into the output like any run), named after its draft and k;
+the dock sends the request through the `Playground` and draws its `Drafted` / `Speculated` events. It computes no
+probability itself. What it drew is kept in the session (`Views.speculative`) and drawn again when it is reopened.
 """
 
 from __future__ import annotations
@@ -38,12 +39,14 @@ from app.core.drafts import offered_drafts
 from app.core.events import Drafted, Speculated
 from app.core.models import ModelSpec
 from app.core.spec_record import K_MAX, DraftToken, SpecRound, SpecStats, SpecSummary
+from app.core.view_records import SpecRecord
 from app.ui.formatting import format_prob, visible
 
 if TYPE_CHECKING:
     from app.ui.playground import Playground
 
 FLUSH_MS = 50
+READY = "Pick a draft model and press Run: the window's model verifies what it proposes."
 COLUMNS = ("round", "step", "token", "p draft", "p target", "verdict", "drawn instead")
 VERDICT_COLORS = {"accepted": QColor(46, 160, 67, 70), "rejected": QColor(214, 39, 40, 80),
                   "discarded": QColor(128, 128, 128, 50), "residual": QColor(31, 119, 180, 70),
@@ -79,6 +82,11 @@ def summary_line(stats: SpecStats, summary: SpecSummary | None = None) -> str:
     return line
 
 
+def run_name(draft: str, k: int) -> str:
+    """A speculative run's name in the session: its draft model and draft length."""
+    return f"speculative: {Path(draft).name or draft}, k {k or 'adaptive'}"
+
+
 class SpecControls(QWidget):
     """The draft model (the built-in draft, or any folder with the target's tokenizer), k, Run and Stop."""
 
@@ -112,6 +120,14 @@ class SpecControls(QWidget):
         if typed:
             self.draft.setEditText(typed)
 
+    def set_draft(self, source: str) -> None:
+        """Choose the draft `source` (an offered one's item, else typed)."""
+        i = self.draft.findData(source)
+        if i >= 0:
+            self.draft.setCurrentIndex(i)
+        else:
+            self.draft.setEditText(source)
+
     def draft_source(self) -> str:
         """The draft's source: the item's (a path) where one is chosen, else what was typed."""
         i = self.draft.currentIndex()
@@ -134,7 +150,7 @@ class SpeculativeView(QDockWidget):
         header.setDefaultSectionSize(84)  # (fixed widths: sizing to contents re-measures every row per append)
         header.setSectionResizeMode(COLUMNS.index("token"), QHeaderView.ResizeMode.Stretch)
         header.setSectionResizeMode(COLUMNS.index("drawn instead"), QHeaderView.ResizeMode.Stretch)
-        self.status = QLabel("Pick a draft model and press Run: the window's model verifies what it proposes.")
+        self.status = QLabel(READY)
         self.status.setWordWrap(True)
         body = QWidget()
         box = QVBoxLayout(body)
@@ -146,6 +162,7 @@ class SpeculativeView(QDockWidget):
         self.rounds: list[SpecRound] = []  # the records drawn, in order
         self.stats = SpecStats()
         self.summary: SpecSummary | None = None
+        self._draft, self._k = "", 0  # the run's draft source and k, as asked
         self._pending: list[SpecRound] = []
         self._flush = QTimer(self, singleShot=True, interval=FLUSH_MS)
         self._flush.timeout.connect(self.flush)
@@ -155,7 +172,9 @@ class SpeculativeView(QDockWidget):
         playground.busy_changed.connect(self._busy)
         playground.failed.connect(self._failed)
         playground.editing.model_changed.connect(lambda _spec: self.refresh_drafts())
+        playground.session_replaced.connect(self.restore)
         self.refresh_drafts()
+        self.restore()
 
     def refresh_drafts(self) -> None:
         """Offer the drafts that share the window's model's tokenizer files (the HF cache's models included)."""
@@ -184,12 +203,15 @@ class SpeculativeView(QDockWidget):
             self.status.setText("A run is in progress: wait for it, or stop it, then run again.")
             return False
         self._clear()
+        self._draft, self._k = source, request.draft_k
+        self.playground.branches.rename(request.id, run_name(source, request.draft_k))
         self.status.setText(f"Loading the draft model {Path(source).name or source} (once) and drafting…")
         return True
 
     def _clear(self) -> None:
         self.table.setRowCount(0)
         self.rounds, self._pending, self.stats, self.summary = [], [], SpecStats(), None
+        self._store(None)
 
     def _on_event(self, ev: Drafted | Speculated) -> None:
         if ev.request_id != self.request_id:
@@ -202,6 +224,7 @@ class SpeculativeView(QDockWidget):
         else:
             self.summary = ev.summary
             self.flush()
+            self._store(SpecRecord(ev.request_id, self._draft, self._k, tuple(self.rounds), self.stats, self.summary))
 
     def flush(self) -> None:
         """Append the rounds that came since the last frame, and restate the totals."""
@@ -224,6 +247,31 @@ class SpeculativeView(QDockWidget):
                 if col >= 3:
                     item.setTextAlignment(Qt.AlignmentFlag.AlignCenter)
                 self.table.setItem(row, col, item)
+
+    def _store(self, record: SpecRecord | None) -> None:
+        """Keep what the dock shows in the session (what its file saves); a new run marks the session modified."""
+        session = self.playground.session
+        if record is not session.views.speculative:
+            session.views = replace(session.views, speculative=record)
+            self.playground.session_changed.emit()
+
+    def restore(self) -> None:
+        """Draw the session's speculative run (a reopened session's) from its records, or nothing."""
+        record = self.playground.session.views.speculative
+        self._flush.stop()
+        self.table.setRowCount(0)
+        self._pending = []
+        if record is None:
+            self.request_id, self.rounds, self.stats, self.summary = None, [], SpecStats(), None
+            self.status.setText(READY)
+            return
+        self.request_id = record.run_id or None
+        self._draft, self._k = record.draft, record.k
+        self.controls.set_draft(record.draft)
+        self.controls.k.setValue(record.k)
+        self.rounds, self.stats, self.summary = [], record.stats, record.summary
+        self._pending = list(record.rounds)
+        self.flush()
 
     def _busy(self, busy: bool) -> None:
         self.controls.run.setEnabled(not busy)

@@ -7,7 +7,8 @@ batch after another; every sample is a run of the session. A cell fills as its s
 progress: its cells, and the cells not started, stay empty. Clicking a finished cell asks for its samples
 (`samples_requested`).
 The grid and every statistic are `app.core.compare`'s; this view only colours cells between the lowest and the
-highest value shown, and writes the table as CSV (File → Export's atomic writer).
+highest value shown, and writes the table as CSV (File → Export's atomic writer). The grid shown is kept in the
+session (`Views.sweep`: each cell's runs and statistics) and drawn again, from those numbers, when it is reopened.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, Signal
@@ -39,8 +41,10 @@ from app.core.export import shade_rgba
 from app.core.files import write_atomic
 from app.core.job_plan import CellRun, SweepPlan
 from app.core.settings import FIELDS, SettingsError
+from app.core.view_records import SweepRecord, SweptCell
 
 if TYPE_CHECKING:
+    from app.core.events import Request
     from app.ui.playground import Playground
 
 DEFAULT_AXES = (("temperature", "0.2,0.7,1.2"), ("top_p", "0.8,0.95,1"))
@@ -79,6 +83,7 @@ class SweepView(QWidget):
         self.grid = QTableWidget(0, 0, editTriggers=QTableWidget.EditTrigger.NoEditTriggers)
         self._layout()
         self._wire()
+        self.restore()
 
     def _layout(self) -> None:
         form = QGridLayout()
@@ -102,11 +107,11 @@ class SweepView(QWidget):
         self.run_button.clicked.connect(self.run)
         self.stop_button.clicked.connect(self.stop)
         self.export_button.clicked.connect(self._choose_export)
-        self.statistic.currentTextChanged.connect(lambda _s: self._draw())
+        self.statistic.currentTextChanged.connect(lambda _s: (self._draw(), self._store()))
         self.grid.cellClicked.connect(self.open_cell)
         self.pg.session_changed.connect(self._score)
         self.pg.plan_ended.connect(self._ended)
-        self.pg.session_replaced.connect(self._forget)
+        self.pg.session_replaced.connect(self.restore)
 
     # verbs ------------------------------------------------------------------------------------------------
     def run(self) -> bool:
@@ -211,6 +216,53 @@ class SweepView(QWidget):
         self.status.setText(f"{done} of {len(self.cells)} cells {word} · {self.count.value()} samples each, "
                             f"{batches} · colour: red the lowest value shown, green the highest · click a cell for "
                             "its samples")
+        self._store()
+
+    # the session keeps what the view shows --------------------------------------------------------------------
+    def record(self) -> SweepRecord | None:
+        """The grid as shown: axes, N, the colouring statistic, and each cell's runs and statistics."""
+        if self.axes is None:
+            return None
+        cells = tuple(SweptCell(cr.cell, cr.request.run_ids if cr.request is not None else (), cr.result, cr.stopped)
+                      for cr in self.cells)
+        return SweepRecord(self.axes, self.count.value(), self.statistic.currentText(), self.pattern.text(),
+                           self.batches, cells)
+
+    def _store(self) -> None:
+        """Keep the grid shown in the session (what its file saves); a change marks the session modified."""
+        session, record = self.pg.session, self.record()
+        if record != session.views.sweep:
+            session.views = replace(session.views, sweep=record)
+            self.pg.session_changed.emit()
+
+    def restore(self) -> None:
+        """Draw the session's sweep (a reopened session's) from its cells' recorded statistics, or nothing."""
+        record = self.pg.session.views.sweep
+        self._forget()
+        if record is None:
+            return
+        for combo, values, axis in zip(self.names, self.values, record.axes, strict=False):
+            combo.setCurrentText(axis.name)
+            values.setText(",".join(f"{v:g}" for v in axis.values))
+        self.count.setValue(record.samples)
+        self.pattern.setText(record.pattern)
+        self.axes = (record.axes[0], record.axes[-1])
+        self.cells = [CellRun(c.cell, self._request_of(c.run_ids), c.result, c.stopped) for c in record.cells]
+        self.plan = SweepPlan(self.cells, n=record.samples, batch_rows=self.batch_rows)
+        # not running now: a cell that had not ended was stopped
+        self.plan.jobs, self.plan.stopped = record.batches, any(cr.result is None for cr in self.cells)
+        self._make_grid()
+        for cr in (cr for cr in self.cells if cr.stopped):
+            self._mark_stopped(cr)
+        self.statistic.setCurrentText(record.statistic)
+        self._draw()
+        self._set_running(False)
+        self._progress()
+
+    def _request_of(self, run_ids: tuple[int, ...]) -> Request | None:
+        """The request of a cell's samples (None: none of them is in the session)."""
+        run = self.pg.session.get(run_ids[0]) if run_ids else None
+        return run.request if run is not None else None
 
     def _forget(self) -> None:
         self.plan.stop()

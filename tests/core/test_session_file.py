@@ -35,6 +35,7 @@ from app.core.session_file import (
 )
 from app.core.settings import SamplerSettings, StageOrder
 from app.core.trace import RunTrace
+from app.core.view_records import Views
 from tests.core.test_trace import make_run, mutate, strict_json
 
 SETTINGS = SamplerSettings(temperature=0.7, top_p=0.9, stop=("\n\n",), seed=5, order=StageOrder.TEMPERATURE_LAST)
@@ -411,3 +412,40 @@ def test_groups_follow_runs_given_fresh_ids():
     assert [c.label for c in back.columns] == ["A: T 0", "B: T 1.2"]
     assert [session.get(i).trace.token_ids for i in back.run_ids] == [
         doc.runs[2].trace.token_ids, doc.runs[0].trace.token_ids]
+
+
+# Files written before a key was kept hold none of it: a missing key is nothing of that kind.
+def test_a_file_written_before_the_views_and_requests_were_kept_still_opens_with_none_of_them(tmp_path: Path):
+    session, ids = make_session()
+    runs = runs_of(session)
+    old = {"format": "logitlab-session", "version": 1, "prompt": "π", "messages": [], "chat": False,
+           "settings": SETTINGS.to_dict(), "model": {"source": "/models/tiny", "backend": "torch"}, "shown": ids[2],
+           "origin": "", "runs": len(runs)}  # (no groups, prompt_set or views; no request on a run's line)
+    lines = [json.dumps(old)]
+    for run in runs:
+        lines.append(json.dumps({"run": run.id, "name": run.name, "steps": len(run.trace.steps)}))
+        lines.extend(json.dumps(obj) for obj in traces.to_lines(run.trace))
+    doc = load(write(tmp_path / "old.jsonl", lines))
+    assert doc.views == Views() and doc.groups == () and doc.prompt_set is None
+    assert [r.request for r in doc.runs] == [None, None, None]
+    reopened, shown = to_session(doc)
+    assert reopened.views == Views() and shown == ids[2]
+    assert [len(reopened.of_request(r.request.id)) for r in reopened.runs.values()] == [1, 1, 1]
+
+
+def test_the_samples_of_one_request_reopen_as_that_request_s_samples(tmp_path: Path):
+    session = Session()
+    request = Request(prompt_ids=(1, 2), settings=SETTINGS, n=3)
+    for run, trace in zip(session.start(request), (make_run(steps=2), None, make_run(steps=3)), strict=True):
+        run.steps = list(trace.steps) if trace is not None else []
+        run.finished = Finished(request.id, "length" if trace else "error", Metrics(), trace, run.id)
+    alone = add_run(session, make_run(steps=1))
+    runs = runs_of(session)  # the second sample failed: not saved
+    assert [r.request for r in runs] == [request.id, request.id, None]
+    save(make_doc(session, [alone, alone]), tmp_path / "s.jsonl")
+    reopened, _ = to_session(load(tmp_path / "s.jsonl"))
+    first, third, lone = reopened.runs.values()
+    assert first.request is third.request and first.request.id == request.id
+    assert [r.id for r in reopened.of_request(request.id)] == [request.run_ids[0], request.run_ids[2]]
+    assert [r.sequence for r in (first, third)] == [0, 1] and lone.request.n == 1
+    assert [len(t.steps) for t in reopened.finished_traces(request.id)] == [3, 4]
