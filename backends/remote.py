@@ -240,7 +240,7 @@ class RemoteModel:
 
     def _whole(self, endpoint: str, body: dict, top_n: int) -> Iterator[Token | End]:
         msg, said, choice = self._answer(endpoint, {**body, **self._logprob_params(endpoint, top_n)})
-        with self._errors():  # (a malformed answer is one line, as a malformed stream is)
+        with self._errors(endpoint=endpoint):  # (a malformed answer is one line, as a malformed stream is)
             found = entries(choice)
             if not found:
                 raise RemoteError("the server returned no log-probabilities: it cannot drive the charts (vLLM, "
@@ -257,11 +257,11 @@ class RemoteModel:
         """One whole (not streamed) answer: the message, its text and its choice."""
         body = {**body, "stream": False}
         limits = _Limits(self.deadline)
-        with self._errors(limits=limits), self._open("POST", endpoint, limits, json=body,
-                                                     timeout=max(self.timeout, WHOLE_TIMEOUT_S)) as r:
+        with self._errors(limits=limits, endpoint=endpoint), self._open(
+                "POST", endpoint, limits, json=body, timeout=max(self.timeout, WHOLE_TIMEOUT_S)) as r:
             _raise_for(r, self.base_url, self.model, limits=limits)
             raw = self._read(r, limits, self.max_body, endpoint)
-        with self._errors():
+        with self._errors(endpoint=endpoint):
             text = raw.decode("utf-8", errors="replace")
             msg = _json(text)
             choice = _choice(msg)
@@ -316,7 +316,7 @@ class RemoteModel:
 
 def _model_list(raw: bytes, host: str, status: int) -> list[dict[str, Any]]:
     """/v1/models' answer: its "data", each an object with a model name as its `id` (a `RemoteError` line
-    otherwise); context lengths that are not counts are dropped, strings redacted."""
+    otherwise); a field read (`READ_FIELDS`) of the wrong type is dropped, strings are redacted."""
 
     def bad(why: str) -> RemoteError:
         e = RemoteError(f"{host}/models answered HTTP {status} {why}")
@@ -338,12 +338,14 @@ def _model_list(raw: bytes, host: str, status: int) -> list[dict[str, Any]]:
         name = m.get("id") if isinstance(m, dict) else None
         if not isinstance(name, str) or not name or len(name) > MAX_NAME or not name.isprintable():
             raise bad(f"with an entry that has no model name (a string id): {_said(m)}")
-        m = _redacted(m)
-        for key in ("max_model_len", "context_length"):
-            if key in m and not _int(m[key], 0):
-                del m[key]
-        out.append(m)
+        out.append({k: v for k, v in _redacted(m).items() if k not in READ_FIELDS or READ_FIELDS[k](v)})
     return out
+
+
+# The fields of a /v1/models entry that Logit Lab reads besides its id, and the type each must have: one of another
+# type is dropped (harmless: they only name the server's kind and the model's context).
+READ_FIELDS = {"max_model_len": lambda v: bool(_int(v)), "context_length": lambda v: bool(_int(v)),
+               "owned_by": lambda v: isinstance(v, str), "created": lambda v: _int(v) is not None}
 
 
 def _choice(msg: dict) -> dict | None:
@@ -356,10 +358,14 @@ def _choice(msg: dict) -> dict | None:
 
 
 def _text(choice: dict) -> str:
-    delta = choice.get("delta") or choice.get("message")
-    text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+    """A choice's text: its chat delta's (or message's) content, else its completion text; "" where it has none."""
+    for key in ("delta", "message"):
+        if choice.get(key) is not None and not isinstance(choice[key], dict):
+            raise MalformedError(f"choices[0].{key} is not an object: {_said(choice[key])}")
+    key = next((k for k in ("delta", "message") if choice.get(k)), None)  # (an empty one: none)
+    text = choice[key].get("content") if key else choice.get("text")
     if text is not None and not isinstance(text, str):
-        raise MalformedError(f"text that is not a string: {_said(text)}")
+        raise MalformedError(f"choices[0].{f'{key}.content' if key else 'text'} is not text: {_said(text)}")
     return text or ""
 
 

@@ -352,11 +352,13 @@ def transport_error(e: BaseException, url: str, timeout: float, got: int = 0, en
                                "Logit Lab stops waiting there")
         tokens = "" if endpoint else f" (after {got} tokens)"
         return RemoteError(f"{asked} took more than {lim.total:g} s to answer{tokens}: Logit Lab's time limit for "
-                           "one request")
+                           "one request (--deadline SECONDS sets it)")
     if isinstance(e, UnalignedError):  # well formed, but its tokens cannot be told apart: said as it is
         return RemoteError(_excerpt(text, 300))
-    if isinstance(e, (MalformedError, RecursionError)):
-        return RemoteError(f"the server sent a malformed {'answer' if endpoint else 'stream'}: {_excerpt(text, 200)}")
+    if isinstance(e, (MalformedError, RecursionError)):  # (its text names the field, its value quoted)
+        if endpoint:
+            return RemoteError(f"{asked} sent a malformed answer: {_excerpt(text, 200)}")
+        return RemoteError(f"{host} sent a malformed stream (after {got} tokens): {_excerpt(text, 200)}")
     if isinstance(e, (httpx.ConnectTimeout, httpx.ConnectError)):
         err = _connect_error(e, url, host, timeout)
         err.unreachable = True

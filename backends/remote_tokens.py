@@ -5,7 +5,9 @@ Servers differ: a token is named by its text (OpenAI, vLLM, llama.cpp; `bytes` w
 tokenizer's own string (mlx_lm.server: `Ġimport`, with ids); the chat format nests `logprobs.content`, the legacy
 completions format lists `tokens` / `token_logprobs` / `top_logprobs`; and an entry's own token may not be the one
 drawn (mlx_lm.server 0.32 names the first of an unsorted top-N). So the drawn token is the candidate whose bytes
-make the text the server streamed (`align`), and every top list is sorted here. Pure Python, no HTTP.
+make the text the server streamed (`align`), and every top list is sorted here. Every value is type-checked where
+it is read (a `MalformedError` naming its field); a token id is from 0 to MAX_ID (int32: what a record holds).
+Pure Python, no HTTP.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import codecs
 import math
 import re
+import reprlib
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -68,6 +71,7 @@ class Vocab:
         self._model_ids: dict[bytes, int] = {}  # the model's vocabulary, by bytes (empty: not known here)
         self._bytes_of: dict[int, bytes] = {}
         self._encode: Any = None
+        self._named = 0  # negative ids given so far (the next is -1 - this)
         self._lock = threading.Lock()
 
     def use(self, vocabulary: dict[str, int], encode: Any = None) -> None:
@@ -110,8 +114,9 @@ class Vocab:
         with self._lock:
             if server_id is None:
                 server_id = self._model_ids.get(data, self._ids.get(data))
-                if server_id is None:
-                    server_id = -1 - sum(1 for i in self._texts if i < 0)
+                if server_id is None:  # (counted, not searched for: a step may name 60,000 new tokens)
+                    self._named += 1
+                    server_id = -self._named
             self._ids.setdefault(data, server_id)
             self._texts.setdefault(server_id, data.decode("utf-8", errors="replace"))
             return server_id
@@ -135,7 +140,7 @@ _HEX_BYTE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 def token_bytes(token: str, raw: Any = None) -> bytes:
     """A token's bytes: the server's `bytes` list when it sent one, else its text read as a byte-level BPE
     string (`Ġimport`) when it is one, a SentencePiece piece (`▁import`, `<0x0A>`), or plain text."""
-    if isinstance(raw, list) and all(isinstance(b, int) and 0 <= b < 256 for b in raw):
+    if isinstance(raw, list) and all(type(b) is int and 0 <= b < 256 for b in raw):  # (else: read from the text)
         return bytes(raw)
     if token.startswith("bytes:"):  # vLLM's name for a partial character: bytes:\xe2\x80
         try:
@@ -149,21 +154,52 @@ def token_bytes(token: str, raw: Any = None) -> bytes:
     return token.replace("▁", " ").encode("utf-8")
 
 
-def _cand(obj: Any, token_key: str = "token") -> _Cand:
-    if not isinstance(obj, dict) or not isinstance(obj.get(token_key), str):
-        raise MalformedError(f"a log-probability entry without a token: {str(obj)[:80]}")
-    sid = obj.get("id")
-    return _Cand(sid if isinstance(sid, int) else None, token_bytes(obj[token_key], obj.get("bytes")),
-                 _logprob(obj.get("logprob")))
+MAX_ID = 2**31 - 1  # the largest token id a record holds (int32); a server's ids are from 0 to this
 
 
-def _logprob(v: Any) -> float:
-    """A log-probability as sent: a number <= 0 (-inf: probability 0; rounding above 0 by up to 1e-3 is 0)."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise MalformedError(f"a log-probability that is not a number: {str(v)[:40]!r}")
+class _Brief(reprlib.Repr):
+    """reprlib's bounded repr, cutting a string's end only (what `redact` finds of a secret is its start)."""
+
+    maxstring = maxother = 40
+
+    def repr_str(self, x: str, level: int) -> str:
+        return repr(x[: self.maxstring]) + ("…" if len(x) > self.maxstring else "")
+
+
+_brief = _Brief().repr  # a server's value as a message quotes it, however big or deep
+
+
+def _token_id(value: Any, field: str) -> int | None:
+    """A token id as sent (`field` names it): None where there is none; else a whole number from 0 to MAX_ID, or a
+    `MalformedError` (a float, a negative id or one past int32 names no token of any vocabulary)."""
+    if value is None:
+        return None
+    if type(value) is not int or not 0 <= value <= MAX_ID:
+        raise MalformedError(f"{field} is not a token id (a whole number from 0 to {MAX_ID}): {_brief(value)}")
+    return value
+
+
+def _logprob(value: Any, field: str) -> float:
+    """A log-probability as sent (`field` names it): a number <= 0; -inf is a probability of 0 (recorded as it is:
+    a trace writes it as "-Infinity"); rounding above 0 by up to 1e-3 is 0. NaN, +inf, anything above and
+    anything not a number are a `MalformedError`."""
+    if type(value) not in (int, float):  # (not a bool, a string, null)
+        raise MalformedError(f"{field} is not a number: {_brief(value)}")
+    try:
+        v = float(value)
+    except OverflowError:  # an integer past a float's range
+        v = -math.inf if value < 0 else math.inf
     if math.isnan(v) or v > 1e-3:
-        raise MalformedError(f"a log-probability of {v:g}, which no probability has")
-    return min(float(v), 0.0)
+        raise MalformedError(f"{field} is {v:g}, which no log-probability is")
+    return min(v, 0.0)
+
+
+def _cand(obj: Any, field: str) -> _Cand:
+    """One candidate of the chat format ({"token", "logprob"}, and "bytes", "id" where sent)."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("token"), str):
+        raise MalformedError(f"{field} is not a log-probability entry (an object with a token): {_brief(obj)}")
+    return _Cand(_token_id(obj.get("id"), f"{field}.id"), token_bytes(obj["token"], obj.get("bytes")),
+                 _logprob(obj.get("logprob"), f"{field}.logprob"))
 
 
 def _sorted(cands: Sequence[_Cand]) -> tuple[_Cand, ...]:
@@ -171,21 +207,46 @@ def _sorted(cands: Sequence[_Cand]) -> tuple[_Cand, ...]:
 
 
 def entries(choice: dict) -> list[_Entry] | None:
-    """The log-probability entries of one streamed or whole choice (chat or legacy format); None when it has none."""
+    """The log-probability entries of one streamed or whole choice (chat or legacy format); None when it has none.
+    Every value is checked: one of the wrong type is a `MalformedError` naming its field."""
     lp = choice.get("logprobs")
     if not lp:
         return None
     if not isinstance(lp, dict):
-        raise MalformedError(f"logprobs is not an object: {str(lp)[:80]}")
+        raise MalformedError(f"logprobs is not an object: {_brief(lp)}")
     if isinstance(lp.get("content"), list):
-        return [_Entry(_cand(e), _sorted([_cand(t) for t in e.get("top_logprobs") or []]))
-                for e in lp["content"] if e]
+        return [_chat_entry(e, f"logprobs.content[{i}]") for i, e in enumerate(lp["content"]) if e]
     if isinstance(lp.get("tokens"), list):
-        tops = lp.get("top_logprobs") or [None] * len(lp["tokens"])
-        return [_Entry(_Cand(None, token_bytes(t), _logprob(g)),
-                       _sorted([_Cand(None, token_bytes(k), _logprob(v)) for k, v in (top or {}).items()]))
-                for t, g, top in zip(lp["tokens"], lp.get("token_logprobs") or [], tops, strict=False)]
-    raise MalformedError(f"logprobs in an unknown format: {str(lp)[:80]}")
+        return _legacy_entries(lp)
+    raise MalformedError(f"logprobs in an unknown format (no content or tokens list): {_brief(lp)}")
+
+
+def _chat_entry(e: Any, field: str) -> _Entry:
+    top = e.get("top_logprobs") if isinstance(e, dict) else None
+    if top and not isinstance(top, list):
+        raise MalformedError(f"{field}.top_logprobs is not a list: {_brief(top)}")
+    return _Entry(_cand(e, field), _sorted([_cand(t, f"{field}.top_logprobs[{j}]") for j, t in enumerate(top or [])]))
+
+
+def _legacy_entries(lp: dict) -> list[_Entry]:
+    """The legacy completions format: `tokens` (text), `token_logprobs` and `top_logprobs` (token -> log-probability,
+    or null), one of each per token."""
+    tokens, logprobs = lp["tokens"], lp.get("token_logprobs")
+    tops = lp.get("top_logprobs") or [None] * len(tokens)
+    for name, values in (("token_logprobs", logprobs), ("top_logprobs", tops)):
+        if not isinstance(values, list) or len(values) != len(tokens):
+            raise MalformedError(f"logprobs.{name} is not a list of one per token ({len(tokens)}): {_brief(values)}")
+    out = []
+    for i, (t, g, top) in enumerate(zip(tokens, logprobs, tops, strict=True)):
+        if not isinstance(t, str):
+            raise MalformedError(f"logprobs.tokens[{i}] is not text: {_brief(t)}")
+        if top is not None and not isinstance(top, dict):
+            raise MalformedError(f"logprobs.top_logprobs[{i}] is not an object (token -> log-probability): "
+                                 f"{_brief(top)}")
+        cands = [_Cand(None, token_bytes(k), _logprob(v, f"logprobs.top_logprobs[{i}][{_brief(k)}]"))
+                 for k, v in (top or {}).items()]
+        out.append(_Entry(_Cand(None, token_bytes(t), _logprob(g, f"logprobs.token_logprobs[{i}]")), _sorted(cands)))
+    return out
 
 
 def align(choices: Sequence[Sequence[_Cand]], text: bytes) -> list[tuple[int, int]] | None:
@@ -245,7 +306,9 @@ def drawn_tokens(choice: dict) -> list[tuple[int, float]] | None:
         return None
     if not all(isinstance(e, dict) and type(e.get("id")) is int for e in content):
         return None
-    return [(e["id"], _logprob(e.get("logprob"))) for e in content]
+    field = "logprobs.content[{}].{}".format
+    return [(_token_id(e["id"], field(i, "id")), _logprob(e.get("logprob"), field(i, "logprob")))
+            for i, e in enumerate(content)]
 
 
 def _spelt(picked: Sequence[_Cand], text: bytes) -> list[tuple[int, int]]:

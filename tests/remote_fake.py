@@ -4,6 +4,7 @@ SSE, cut a stream mid-run, or stall. Each test gives it a `behave(handler, body)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -23,7 +24,11 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self) -> None:
-        if self.path.rstrip("/").endswith("/models"):
+        self.server.gets.append(self.path)
+        if self.path.rstrip("/").endswith("/models") and self.server.list_models is not None:
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # (the client gave up)
+                self.server.list_models(self)
+        elif self.path.rstrip("/").endswith("/models"):
             self.answer(200, {"object": "list", "data": self.server.models})
         else:
             self.answer(404, {"error": {"message": "no such path"}})
@@ -79,14 +84,20 @@ class _Server(ThreadingHTTPServer):
     auth: list[str | None]
     client_left: threading.Event
     models: list[dict]
+    list_models: Callable[[Handler], None] | None
+    gets: list[str]
     applied: list[dict]
 
 
 @contextmanager
-def fake_server(behave: Behave, models: list[dict] | None = None) -> Iterator[_Server]:
+def fake_server(behave: Behave, models: list[dict] | None = None,
+                list_models: Callable[[Handler], None] | None = None) -> Iterator[_Server]:
+    """A server that answers completions as `behave` writes them and GET /models with `models` (or as
+    `list_models` writes it); what it was sent is in `bodies`, `auth` and `gets`."""
     server = _Server(("127.0.0.1", 0), Handler)
     server.behave, server.bodies, server.auth, server.client_left = behave, [], [], threading.Event()
     server.models = list(models or [{"id": "fake-model", "object": "model"}])
+    server.list_models, server.gets = list_models, []
     server.applied = []
     server.url = f"http://127.0.0.1:{server.server_address[1]}/v1"  # type: ignore[attr-defined]
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
@@ -133,6 +144,20 @@ def stream_tokens(n: int, *, delay: float = 0.0, then: Callable[[Handler], None]
         else:
             h.event(chunk("", None, "length"))
             h.end_stream()
+
+    return behave
+
+
+def trickle(after: int = 0, every: float = 0.2) -> Behave:
+    """Stream the first `after` of TOKENS, then one byte of a comment line every `every` seconds (a server that
+    never stops and never finishes), until the client leaves or a minute has passed."""
+
+    def behave(h: Handler, body: dict) -> None:
+        stream_tokens(after, then=lambda h: h.send_chunk(": "))(h, body)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 60:
+            h.send_chunk("x")
+            time.sleep(every)
 
     return behave
 

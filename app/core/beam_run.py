@@ -4,8 +4,9 @@
 `run_beam(model, request, cancel, prefix)` checks that the model has a local forward pass (a server's model
 samples by itself: refused in one line), prefills the prompt (reusing the `Prefix` cache, which keeps the
 prompt's one-row cache for the next run), runs `BeamSearch` on a copy of it, and makes each finished hypothesis
-openable as a run: its steps recorded as a greedy run that took the hypothesis' tokens (`hypothesis_steps`), so
-that it can be shown, replayed and forked like any other. No Qt.
+openable as a run of its own kind: each step records the model's distribution and the token the beam took in it,
+with its probability under the model, no sampler stage (`hypothesis_steps`), so that it can be shown and forked
+like any other run. No Qt.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from app.core.prefill import chunks
 from app.core.sampling import start_sample
 from app.core.settings import SamplerSettings
 from app.core.trace import StepTrace
+from backends import connects
 from backends.base import LoadedModel, Model, ModelLoadError
 
 GREEDY = SamplerSettings(temperature=0.0)
@@ -93,11 +95,21 @@ def run_beam(model: Model, request: BeamRequest, cancel: threading.Event,
     yield BeamFinished(request.id, result, said, runs)
 
 
+def refuse_server(spec: ModelSpec) -> None:
+    """A model on a server is refused before anything connects to it: no answer of the server's could give it a
+    local forward pass (a server that never answers would otherwise hold the refusal for its whole timeout)."""
+    if connects(spec.backend):
+        raise BeamRefusedError(_ON_A_SERVER.format(spec.label))
+
+
 def _local(model: Model) -> LoadedModel:
     if not model.capabilities.forward:
-        raise BeamRefusedError(f"beam search needs a local forward pass over the model's rows; {model.info.name} "
-                               "runs on a server, which samples by itself: open a local model for beam search")
+        raise BeamRefusedError(_ON_A_SERVER.format(model.info.name))
     return model  # type: ignore[return-value]  # (capabilities.forward: it is a LoadedModel)
+
+
+_ON_A_SERVER = ("beam search needs a local forward pass over the model's rows; {} runs on a server, which samples "
+                "by itself: open a local model for beam search")
 
 
 def _prefill(model: LoadedModel, prefix: Prefix, ids: list[int], cancel: threading.Event) -> tuple[Any, Any]:
@@ -115,19 +127,19 @@ def _prefill(model: LoadedModel, prefix: Prefix, ids: list[int], cancel: threadi
 
 def hypothesis_steps(model: LoadedModel, prompt_cache: Any, prompt_logits: Any, h: Hypothesis,
                      eos: frozenset[int], top_n: int, known: dict[int, str]) -> tuple[StepTrace, ...]:
-    """The hypothesis as a recorded greedy run that took its tokens: step i's record is the model's distribution
-    after the prompt and the first i tokens (one all-positions forward on a copy of the prompt's cache)."""
+    """The hypothesis as a recorded beam run: step i's record is the model's distribution after the prompt and the
+    first i tokens (one all-positions forward on a copy of the prompt's cache), the token the beam took in it with
+    its probability under the model; no sampler stage ran (`Sample.taking`)."""
     rows = [prompt_logits[0]]
     if len(h.tokens) > 1:
         after = model.forward([list(h.tokens[:-1])], model.fork(prompt_cache, 1), positions="all")[0]  # (L-1, V)
         rows += [after[i] for i in range(len(h.tokens) - 1)]
     decoder, out = model.tokenizer.stream(), []
     for i, (token, logits) in enumerate(zip(h.tokens, rows, strict=True)):
-        sample = start_sample(model.ops, logits, GREEDY, 0.5, top_n=top_n).result()
-        if sample.token != token:
-            if token not in sample.top_ids:
-                return ()  # taken below the record's top candidates (a no-repeat ban): no run to open
-            sample = sample.forcing(token)
+        sample = start_sample(model.ops, logits, GREEDY, 0.5, top_n=top_n).result()  # (its raw row and logits)
+        if token not in sample.top_ids:
+            return ()  # taken below the record's top candidates (a no-repeat ban): no run to open
+        sample = sample.taking(token)
         piece = "" if token in eos else decoder.add(token)
         if i == len(h.tokens) - 1:
             piece += decoder.flush()

@@ -40,7 +40,7 @@ def load_remote(spec: ModelSpec, timeout: float | None = None) -> RemoteModel:
         raise RemoteError("the remote backend needs the server's base URL (e.g. http://127.0.0.1:8080/v1)")
     key = api_key(spec.base_url, spec.api_key_env)
     model = RemoteBackend().connect(spec.base_url, "" if is_builtin(spec.source) else spec.source, key,
-                                    timeout or TIMEOUT_S)
+                                    timeout or TIMEOUT_S, deadline=spec.deadline)
     try:
         served = model.models()
     except RemoteError as e:
@@ -149,11 +149,13 @@ def _fork_clock(clock: Clock) -> Clock:
     return c
 
 
-def served_models(base_url: str, api_key_env: str | None = None, timeout: float = 10.0) -> list[dict[str, Any]]:
-    """The models a server serves (its /v1/models entries); a `RemoteError` line when it cannot say."""
+def served_models(base_url: str, api_key_env: str | None = None, timeout: float = 10.0,
+                  deadline: float | None = None) -> list[dict[str, Any]]:
+    """The models a server serves (its /v1/models entries); a `RemoteError` line when it cannot say. `deadline`:
+    the seconds the request may take in all (None: the backend's default)."""
     if not base_url:
         raise RemoteError("give the server's base URL, e.g. http://127.0.0.1:8080/v1")
-    model = RemoteBackend().connect(base_url, "", api_key(base_url, api_key_env), timeout)
+    model = RemoteBackend().connect(base_url, "", api_key(base_url, api_key_env), timeout, deadline=deadline)
     try:
         return model.models()
     finally:

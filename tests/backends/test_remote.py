@@ -503,7 +503,7 @@ def test_cli_a_run_the_server_cuts_keeps_its_tokens_and_exits_1(capsys, tmp_path
                      "x", "--max-tokens", "10", "--trace", str(tmp_path / "t.jsonl")])
         out, err = capsys.readouterr()
         assert code == 1 and out == "w0w1w2\n"
-        assert "logitlab: error: " in err and "after 3 tokens" in err
+        assert "logitlab generate: error: " in err and "after 3 tokens" in err
         assert [s.text for s in RunTrace.load(tmp_path / "t.jsonl").steps] == ["w0", "w1", "w2"]
         assert main(["bench", "--backend", "remote", "--base-url", srv.url, "--model", "fake-model", "--tokens", "4",
                      "--prompt-tokens", "8", "--repeat", "1"]) == 1
