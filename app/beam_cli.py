@@ -2,8 +2,8 @@
 
 Text: one line per finished hypothesis (rank, length-normalized score, summed log-probability, why it ended, its
 text). `--json`: JSON Lines, one `step` line per beam step (every candidate considered: beam, token, its text,
-log-probability, cumulative log-probability, fate) and one `hypothesis` line per hypothesis. Imports only
-`app.arguments` of the command line.
+log-probability, cumulative log-probability, fate) and one `hypothesis` line per hypothesis. Loading is said on
+stderr, as plain `generate` says it. Imports only `app.arguments` of the command line.
 """
 
 from __future__ import annotations
@@ -14,8 +14,17 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
-from app.arguments import add_count, fail, to_json
-from app.core.beam import MAX_WIDTH, BeamFinished, BeamSettings, BeamStep, BeamStepped, EarlyStopping, Hypothesis
+from app.arguments import add_count, echo_status, emit, fail, to_json
+from app.core.beam import (
+    MAX_LENGTH_PENALTY,
+    MAX_WIDTH,
+    BeamFinished,
+    BeamSettings,
+    BeamStep,
+    BeamStepped,
+    EarlyStopping,
+    Hypothesis,
+)
 from app.core.events import Failed, Message
 from app.core.models import ModelSpec
 from app.core.settings import SettingsError
@@ -27,7 +36,8 @@ def add_beam_args(p: argparse.ArgumentParser) -> None:
     add_count(p, "--beams", 1, MAX_WIDTH, None, "beam search of this width instead of sampling (greedy, as "
               "transformers' generate(num_beams=N)); prints the finished hypotheses best first")
     p.add_argument("--length-penalty", type=float, default=1.0, help="beams: hypotheses are ranked by summed "
-                   "log-probability / length ** this (above 0 favours longer ones) [default 1]")
+                   "log-probability / length ** this (above 0 favours longer ones) "
+                   f"[{-MAX_LENGTH_PENALTY:g}..{MAX_LENGTH_PENALTY:g}, default 1]")
     p.add_argument("--early-stopping", choices=["true", "false", "never"], default="false", help="beams: true stops "
                    "once N hypotheses are finished; false when no live beam can beat them at its length; never at "
                    "the best length it could reach [default false]")
@@ -58,7 +68,7 @@ def run_beams(args: argparse.Namespace, spec: ModelSpec, prompt: str, messages: 
     worker, out = ModelThread(), queue.Queue()
     try:
         worker.beam(request, out)
-        return _print_all(out, args.json)
+        return _print_all(out, worker.events, args.json)
     except KeyboardInterrupt:
         worker.cancel()
         return 130
@@ -66,19 +76,24 @@ def run_beams(args: argparse.Namespace, spec: ModelSpec, prompt: str, messages: 
         worker.close()
 
 
-def _print_all(out: queue.Queue, json_out: bool) -> int:
+def _print_all(out: queue.Queue, loading: queue.Queue, json_out: bool) -> int:
     texts: dict[int, str] = {}
     while True:
-        ev = out.get()
+        echo_status(loading)  # (the beams' own events come on `out`)
+        try:
+            ev = out.get(timeout=0.1)
+        except queue.Empty:
+            continue
         if isinstance(ev, Failed):
+            echo_status(loading)
             return fail(ev.message, 1, PROG)
         if isinstance(ev, BeamStepped):
             texts.update(ev.texts)
             if json_out:
-                print(to_json(step_line(ev.step, texts)), flush=True)
+                emit(to_json(step_line(ev.step, texts)))
         elif isinstance(ev, BeamFinished):
             for rank, (h, text) in enumerate(zip(ev.result.hypotheses, ev.texts, strict=True)):
-                print(to_json(hypothesis_line(rank, h, text)) if json_out else text_line(rank, h, text))
+                emit(to_json(hypothesis_line(rank, h, text)) if json_out else text_line(rank, h, text))
             if not json_out:
                 print(f"({ev.result.steps} steps, {ev.result.reason})", file=sys.stderr)
             return 0 if ev.result.reason != "cancelled" else 130

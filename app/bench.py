@@ -5,7 +5,8 @@ Modes, interleaved run by run on the same loaded model and prompt: (1) our loop 
 MLX), and on CUDA (4) `model.generate` with transformers' static cache, which it compiles. Greedy and one
 sampling setting; medians over repeats after one warm-up run of each. Prints prefill and decode tokens/s, TTFT,
 the ratios (1)/(3) and (2)/(3), and the trace's memory per generated token. With --compile on CUDA it counts
-inductor's CUDA-graph skips, and fails (exit 3) if our compiled step was not captured.
+inductor's CUDA-graph skips, and fails (exit 3) if our compiled step was not captured. Loading is said on stderr,
+in the model thread's words.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ from app.arguments import (
     add_server_args,
     backend_of,
     check_base_url,
+    emit,
     fail,
+    nonempty,
     thread_count,
     to_json,
 )
@@ -40,7 +43,7 @@ from app.bench_table import OURS, graph_report, print_table
 from app.core.events import Compiling, Finished, Request
 from app.core.generation import Prefix, generate
 from app.core.metrics import Metrics
-from app.core.models import resolve
+from app.core.models import model_label, resolve
 from app.core.settings import FIELD_BY_NAME, SamplerSettings, SettingsError
 from app.remote_cli import bench_main as bench_remote
 from backends import ModelLoadError, get_backend
@@ -243,8 +246,8 @@ def roofline(model: Any, backend: str, context: int) -> dict[str, float]:
 
 def parser() -> Parser:
     p = Parser(prog=PROG, description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="builtin", help="a local folder, a hub id (owner/name) or 'builtin' "
-                   "(default)")
+    p.add_argument("--model", type=nonempty, default="builtin", help="a local folder, a hub id (owner/name) or "
+                   "'builtin' (default)")
     p.add_argument("--random", choices=sorted(RANDOM_CONFIGS), help="bench a random-weight Llama of this size")
     p.add_argument("--backend", choices=["auto", "mlx", "torch", "remote"], default="auto",
                    help="auto: MLX on Apple Silicon, else torch (torch for a .gguf; default); remote: a server's "
@@ -308,11 +311,11 @@ def main(argv: list[str]) -> int:
         if args.random:
             shutil.rmtree(path, ignore_errors=True)  # hundreds of MB of random weights
     if args.json:
-        print(to_json(result, indent=1))
+        emit(to_json(result, indent=1))
     else:
         print_table(result)
         if "samples" in result:
-            print(samples_line(result["samples"]))
+            emit(samples_line(result["samples"]))
     return graphs_verdict(result)
 
 
@@ -343,8 +346,10 @@ def graphs_verdict(result: dict) -> int:
 def load(args: Any) -> tuple[str, Any, Any, Path]:
     """The backend's name, the model as Logit Lab and as the baseline load it, and its folder (a random model's:
     removed after)."""
+    print(f"Finding {model_label(args.model)}…", file=sys.stderr, flush=True)
     backend = get_backend(args.backend, args.model)  # auto: torch for a .gguf file
     path = resolve(args.model)
+    print(f"Loading {model_label(args.model)} with {backend.name}…", file=sys.stderr, flush=True)
     if args.random:
         path = random_model(args.random, path, args.dtype or "float32")
     compile_len = args.prompt_tokens + args.tokens + 16 if args.compile else None

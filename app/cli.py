@@ -9,25 +9,31 @@ when that command runs, so that `--help` and a bad flag answer at once; those mo
 from __future__ import annotations
 
 import argparse
-import json
+import secrets
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from app.arguments import (
     COMPILE_HELP,
+    OutputError,
     Parser,
     add_count,
     add_server_args,
     backend_of,
     check_base_url,
+    emit,
     fail,
+    nonempty,
+    output_failed,
     read_prompt,
+    text_arg,
     thread_count,
 )
 from app.beam_cli import add_beam_args, run_beams
 from app.core.compare import Axis, compile_pattern, make_grid, parse_axis
 from app.core.events import Message, Request
+from app.core.files import parse_json, typed
 from app.core.logit_bias import BiasEntry, parse_entry
 from app.core.models import ModelSpec
 from app.core.prompt_sets import read_prompt_set
@@ -39,12 +45,14 @@ from app.core.settings import (
     MAX_BIAS,
     MAX_SEED,
     STAGES,
+    Field,
     SamplerSettings,
     SettingsError,
     StageOrder,
     parse_order,
     read_escapes,
 )
+from app.screenshot_args import add_screenshot_args
 from app.speculative_cli import add_draft_args, run_draft
 from backends.base import LoadOptions
 
@@ -54,13 +62,14 @@ USAGE = """logitlab [options]             open the window
        logitlab bench [options]       time generation against a baseline
        logitlab models [options]      list the models you have (built-in, HF cache, the window's model folders)
        logitlab diff [options]        compare two variants of a model token by token (KL, top-1 agreement)"""
+COMMANDS = (["generate"], ["sweep"], ["bench"], ["models"], ["diff"])  # each as argv begins with it
 MAX_SAMPLES = 64  # --n, and so the requests at once that --concurrency may ask for
 COMPILE_LEN = 1024  # the static cache's length: every compiled step attends over all of it (masked)
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="builtin", help="a local folder, a hub id (owner/name), or 'builtin' "
-                   "(remote: the server's model name; 'builtin': the one it serves)")
+    p.add_argument("--model", type=nonempty, default="builtin", help="a local folder, a hub id (owner/name), or "
+                   "'builtin' (remote: the server's model name; 'builtin': the one it serves)")
     p.add_argument("--backend", choices=["auto", "mlx", "torch", "remote"], default="auto",
                    help="auto: MLX on Apple Silicon, else torch (torch for a .gguf); remote: an OpenAI-compatible "
                         "server (--base-url)")
@@ -84,12 +93,11 @@ def add_remote_args(p: argparse.ArgumentParser) -> None:
 
 def add_sampler_args(p: argparse.ArgumentParser) -> None:
     for f in FIELDS:
-        flag = "--" + f.name.replace("_", "-")
-        p.add_argument(flag, type=int if f.integer else float, default=f.default,
-                       help=f"{f.help} [{f.lo:g}..{f.hi:g}, default {f.default:g}]")
+        p.add_argument(flag_of(f), type=field_value(f), default=f.default,
+                       help=f"{f.help} [{f.span}, default {f.default:g}]")
     add_count(p, "--seed", 0, MAX_SEED, None, "random seed (default: a new one each run, reported)")
-    p.add_argument("--stop", action="append", default=[], help=r"stop string (repeatable), not shown; \n is a "
-                   r"newline, \t a tab, \r a carriage return, \\ a backslash (as in the window's box)")
+    p.add_argument("--stop", type=stop_text, action="append", default=[], help=r"stop string (repeatable), not "
+                   r"shown; \n is a newline, \t a tab, \r a carriage return, \\ a backslash (as in the window's box)")
     p.add_argument("--order", type=stage_order, default=stage_order(StageOrder.TEMPERATURE_FIRST.value),
                    metavar="ORDER", help="the stages' order: temperature-first (default) or temperature-last, an "
                    f"engine's ({', '.join(ENGINE_CHAINS)}), or stage names with commas ({','.join(STAGES)}); the "
@@ -104,14 +112,38 @@ def add_sampler_args(p: argparse.ArgumentParser) -> None:
     add_count(p, "--top-n", 1, RECORD_K, 20, "candidates recorded per step")
 
 
+def flag_of(f: Field) -> str:
+    """The flag of a setting of the `FIELDS` table: --top-k for top_k."""
+    return "--" + f.name.replace("_", "-")
+
+
+def field_value(f: Field) -> Callable[[str], float]:
+    """An argparse type for a setting: its number, in the range the table gives it (argparse names the flag)."""
+
+    def parse(text: str) -> float:
+        value = (int if f.integer else float)(text)  # ValueError: argparse says "invalid int value: '1e9'"
+        if why := f.refusal(value):
+            raise argparse.ArgumentTypeError(why)
+        return value
+
+    parse.__name__ = "int" if f.integer else "float"
+    return parse
+
+
+def stop_text(text: str) -> str:
+    if not text:
+        raise argparse.ArgumentTypeError("a stop string cannot be empty")
+    return text
+
+
 def settings_from(args: argparse.Namespace, by_text: bool = False) -> SamplerSettings:
     """The settings the flags give; --logit-bias by id only, unless `by_text` (the caller finds each token in the
     loaded model's vocabulary: `app.core.logit_bias.resolve`)."""
     values = {f.name: getattr(args, f.name) for f in FIELDS}
     texts = [e.token for e in args.logit_bias if isinstance(e.token, str)]
     if texts and not by_text:
-        raise SettingsError(f"--logit-bias by text ({texts[0]!r}) is for a plain `logitlab generate` (not --beams, "
-                            "--draft-model, --stats, sweep or the window): give the token's id")
+        raise SettingsError(f"--logit-bias by text ({typed(texts[0])}) is for a plain `logitlab generate` (not "
+                            "--beams, --draft-model, --stats, sweep or the window): give the token's id")
     ids = tuple((e.token, e.value) for e in args.logit_bias if isinstance(e.token, int))
     return SamplerSettings(**values, seed=args.seed, stop=tuple(read_escapes(s) for s in args.stop),
                            order=args.order[0], chain=args.order[1], logit_bias=ids,
@@ -127,13 +159,14 @@ def stage_order(text: str) -> tuple[StageOrder, tuple[str, ...]]:
 
 
 def breaker_list(text: str) -> tuple[str, ...]:
-    """--dry-breakers: a JSON list of non-empty strings."""
+    """--dry-breakers: a JSON list of non-empty strings (read by `parse_json`: JSON nested too deeply is refused)."""
     try:
-        value = json.loads(text)
+        value = parse_json(text)
     except ValueError:
         value = None
     if not isinstance(value, list) or not all(isinstance(b, str) and b for b in value):
-        raise argparse.ArgumentTypeError(f'expected a JSON list of non-empty strings, e.g. ["\\n", ":"], got {text!r}')
+        raise argparse.ArgumentTypeError('expected a JSON list of non-empty strings, e.g. ["\\n", ":"], got '
+                                         f"{typed(text)}")
     return tuple(value)
 
 
@@ -150,22 +183,22 @@ def spec_from(args: argparse.Namespace) -> ModelSpec:
                        trust_remote_code=args.trust_remote_code, allow_pickle=args.allow_pickle,
                        compile_len=COMPILE_LEN if args.compile else None, threads=args.threads)
     return ModelSpec(source=args.model, backend=backend_of(args), options=opts, base_url=args.base_url or "",
-                     api_key_env=args.api_key_env, concurrency=args.concurrency)
+                     api_key_env=args.api_key_env, concurrency=args.concurrency, deadline=args.deadline)
 
 
 def generate_parser() -> argparse.ArgumentParser:
     p = Parser(prog="logitlab generate", description="Stream a completion to stdout.")
     add_model_args(p)
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--prompt", help="the prompt (default: --prompt-file, else standard input)")
-    src.add_argument("--prompt-file", help="read the prompt from this file")
+    src.add_argument("--prompt", type=text_arg, help="the prompt (default: --prompt-file, else standard input)")
+    src.add_argument("--prompt-file", type=nonempty, help="read the prompt from this file")
     p.add_argument("--chat", action="store_true", help="send the prompt as a user message (chat template)")
-    p.add_argument("--system", help="system message in chat mode")
+    p.add_argument("--system", type=text_arg, help="system message in chat mode")
     add_sampler_args(p)
     add_count(p, "--n", 1, MAX_SAMPLES, 1, "samples of the prompt, decoded together in one batch from one prefill "
               "(remote: concurrent requests); sample i draws with seed + i and prints in that order")
-    p.add_argument("--trace", help="save the run's trace to this file (JSON Lines; `logitlab --open FILE` shows it); "
-                   "with --n, one file per sample: NAME.0.jsonl, NAME.1.jsonl, ...")
+    p.add_argument("--trace", type=nonempty, help="save the run's trace to this file (JSON Lines; `logitlab --open "
+                   "FILE` shows it); with --n, one file per sample: NAME.0.jsonl, NAME.1.jsonl, ...")
     p.add_argument("--json", action="store_true", help="write JSON Lines to stdout instead of text")
     add_stats_args(p)
     add_beam_args(p)
@@ -186,10 +219,10 @@ def sweep_parser() -> argparse.ArgumentParser:
                "a line of statistics per cell (JSON Lines, or CSV).")
     add_model_args(p)
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--prompt", help="the prompt (default: --prompt-file, else standard input)")
-    src.add_argument("--prompt-file", help="read the prompt from this file")
-    src.add_argument("--prompt-set", metavar="FILE", help="run every prompt of this file: CSV (a 'prompt' column, "
-                     "else the first) or JSON Lines (objects with a 'prompt' field, or strings)")
+    src.add_argument("--prompt", type=text_arg, help="the prompt (default: --prompt-file, else standard input)")
+    src.add_argument("--prompt-file", type=nonempty, help="read the prompt from this file")
+    src.add_argument("--prompt-set", type=nonempty, metavar="FILE", help="run every prompt of this file: CSV (a "
+                     "'prompt' column, else the first) or JSON Lines (objects with a 'prompt' field, or strings)")
     add_sampler_args(p)
     p.add_argument("--grid", action="append", type=grid_axis, required=True, metavar="NAME=V1,V2,...",
                    help="a swept setting and its values (once or twice: rows, then columns), e.g. "
@@ -213,6 +246,8 @@ def run_sweep(argv: Sequence[str]) -> int:
     args = sweep_parser().parse_args(argv)
     try:
         settings = settings_from(args)
+        if settings.seed is None:  # one seed for every cell, reported: the cells differ by their settings alone
+            settings = settings.with_(seed=secrets.randbelow(MAX_SEED + 1))
         check_base_url(args.base_url)
         cells = tuple(make_grid(settings, args.grid))
         pattern = compile_pattern(args.match).pattern if args.match else None
@@ -229,10 +264,10 @@ def window_parser() -> argparse.ArgumentParser:
     p = Parser(prog="logitlab", usage=USAGE, description="Logit Lab: watch a language model choose each token. "
                "With no command, the window opens; see logitlab COMMAND -h.")
     add_model_args(p)
-    p.add_argument("--prompt", help="start with this prompt")
-    p.add_argument("--screenshot", help="run one generation, save a screenshot of the window here, and exit")
-    p.add_argument("--open", metavar="FILE", help="show a saved session or run (a --trace file); no model is loaded "
-                   "until you generate")
+    p.add_argument("--prompt", type=text_arg, help="start with this prompt")
+    add_screenshot_args(p)
+    p.add_argument("--open", type=nonempty, metavar="FILE", help="show a saved session or run (a --trace file); no "
+                   "model is loaded until you generate")
     add_sampler_args(p)
     return p
 
@@ -244,6 +279,8 @@ def check_trace_path(trace: str | None, prompt_file: str | None) -> None:
     path = Path(trace)
     if not path.parent.resolve().is_dir():
         raise SettingsError(f"cannot write the trace: no folder {path.parent}")
+    if path.is_dir():
+        raise SettingsError(f"--trace names a folder, {trace}: give a file's name")
     if prompt_file and path.exists() and Path(prompt_file).exists() and path.samefile(prompt_file):
         raise SettingsError(f"--trace names the prompt file {prompt_file}: choose another file")
 
@@ -259,7 +296,7 @@ def run_generate(argv: Sequence[str]) -> int:
         prompt = read_prompt(args)
         check_trace_path(args.trace, args.prompt_file)
     except SettingsError as e:
-        return fail(str(e), 2)
+        return fail(str(e), 2, "logitlab generate")
     messages = None
     if args.chat:
         messages = ((Message("system", args.system),) if args.system else ()) + (Message("user", prompt),)
@@ -287,7 +324,19 @@ def run_stats(request: Request, args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command `argv` names; standard output that cannot be written (a full disk, a closed pipe), in any command
+    and in --help, is one line and exit 1 (every command writes through `emit`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        try:
+            return run_command(argv)
+        finally:
+            emit("", end="")  # what print() left in the buffer (argparse's --help): a failure is that line too
+    except OutputError as e:
+        return output_failed(e, " ".join(["logitlab", *argv[:1]]) if argv[:1] in COMMANDS else "logitlab")
+
+
+def run_command(argv: list[str]) -> int:
     if argv and argv[0] == "generate":
         return run_generate(argv[1:])
     if argv and argv[0] == "sweep":
@@ -310,7 +359,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail(str(e), 2)
     from app.ui.main import run_window
 
-    return run_window(spec_from(args), settings, prompt=args.prompt, screenshot=args.screenshot, open_path=args.open)
+    return run_window(spec_from(args), settings, prompt=args.prompt, screenshot=args.screenshot, open_path=args.open,
+                      size=args.size)
 
 
 def models_parser() -> Parser:
@@ -320,9 +370,10 @@ def models_parser() -> Parser:
     p = Parser(prog="logitlab models", description="List the models you have: the built-in one, the Hugging Face "
                "cache (model folders and .gguf files), the folders given with --folder and the window's model "
                "folders; or, with --base-url, the models an OpenAI-compatible server serves (its /v1/models).")
-    p.add_argument("--cache-dir", help="another cache folder (default: the standard HF cache)")
-    p.add_argument("--folder", action="append", default=[], help="also list the model folders and .gguf files in "
-                   f"this folder, up to {FOLDER_DEPTH} levels down (repeatable; e.g. ~/.lmstudio/models)")
+    p.add_argument("--cache-dir", type=nonempty, help="another cache folder (default: the standard HF cache)")
+    p.add_argument("--folder", type=nonempty, action="append", default=[], help="also list the model folders and "
+                   f".gguf files in this folder, up to {FOLDER_DEPTH} levels down (repeatable; e.g. "
+                   "~/.lmstudio/models)")
     add_server_args(p)
     p.add_argument("--json", action="store_true", help="one JSON array of the entries (remote: the server's list)")
     return p
@@ -331,11 +382,12 @@ def models_parser() -> Parser:
 def run_models(argv: Sequence[str]) -> int:
     args = models_parser().parse_args(argv)
     if args.base_url is None:
-        if args.api_key_env:
-            return fail("--api-key-env is for a server: give its --base-url too", 2, "logitlab models")
+        if args.api_key_env or args.deadline is not None:
+            flag = "--api-key-env" if args.api_key_env else "--deadline"
+            return fail(f"{flag} is for a server: give its --base-url too", 2, "logitlab models")
         from app.core.catalog import main as local_models
 
-        return local_models([*argv, *saved_folder_args(argv)])
+        return local_models([*argv, *saved_folder_args(argv)], emit)
     if args.cache_dir or args.folder:
         return fail("--cache-dir and --folder list local models, not a server's (--base-url)", 2, "logitlab models")
     try:

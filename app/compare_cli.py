@@ -16,12 +16,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.arguments import to_json
+from app.arguments import emit, status_line, to_json
 from app.core.compare import Cell, Comparison, compare, sweep_header, sweep_row
-from app.core.events import Failed, Finished, Loaded, Loading, Request
+from app.core.events import Failed, Finished, Request
 from app.core.model_thread import ModelThread
 from app.core.trace import RunTrace
-from app.terminal import loaded_line, trace_paths
+from app.terminal import trace_paths
 
 BATCH_ROWS = 64  # a sweep's samples decoded in one batch at most (whole cells: a cell of more runs alone)
 
@@ -72,10 +72,8 @@ def _take_event(ev: object, finished: dict[int, dict[int, RunTrace]]) -> None:
     """One event of a job: a status line, a sample's trace kept, or a RunError for a failure."""
     if isinstance(ev, Failed):
         raise RunError(ev.message)
-    if isinstance(ev, Loading) and not ev.total:
-        print(ev.message, file=sys.stderr)
-    elif isinstance(ev, Loaded):
-        print(loaded_line(ev), file=sys.stderr)
+    if (line := status_line(ev)) is not None:
+        print(line, file=sys.stderr)
     elif isinstance(ev, Finished) and ev.request_id in finished:
         if ev.reason == "error" or ev.trace is None:
             raise RunError(f"sample {ev.sequence + 1}: {ev.message or ev.reason}")
@@ -84,43 +82,49 @@ def _take_event(ev: object, finished: dict[int, dict[int, RunTrace]]) -> None:
 
 def stats_to_terminal(request: Request, pattern: str | None, trace_path: str | None) -> int:
     """`generate --stats`: a JSON line per sample (in sample order), then one for the set."""
-    return _guarded(lambda worker: _stats(worker, request, pattern, trace_path))
+    return _guarded(lambda worker: _stats(worker, request, pattern, trace_path), "logitlab generate")
 
 
 def _stats(worker: ModelThread, request: Request, pattern: str | None, trace_path: str | None) -> int:
     traces = collect(worker, request)
+    print(seeds_text(traces[0].seed, len(traces)), file=sys.stderr)
     result = compare(traces, pattern)
     for s in result.samples:
-        _out(to_json({"sample": True, **s.to_json()}) + "\n")
-    _out(to_json({"stats": True, **result.stats.to_json()}) + "\n")
+        emit(to_json({"sample": True, **s.to_json()}))
+    emit(to_json({"stats": True, **result.stats.to_json()}))
     if trace_path:
         for trace, path in zip(traces, trace_paths(trace_path, request.n), strict=True):
-            trace.save(path)
+            try:
+                trace.save(path)
+            except OSError as e:  # a folder, a full device
+                raise RunError(f"cannot write the trace: {e.strerror or e}: {path}") from None
     return 0
 
 
 def sweep_to_terminal(plan: SweepPlan) -> int:
-    """`sweep`: a line (JSON, or a CSV row) per prompt and cell, as each cell finishes; progress on stderr."""
-    return _guarded(lambda worker: _sweep(worker, plan))
+    """`sweep`: a line (JSON, or a CSV row) per prompt and cell, as each cell finishes; its seeds and progress on
+    stderr. Prompts count from 0 on both (as `row` and `col` do)."""
+    return _guarded(lambda worker: _sweep(worker, plan), "logitlab sweep")
 
 
 def _sweep(worker: ModelThread, plan: SweepPlan) -> int:
-    writer = csv.writer(sys.stdout, lineterminator="\n") if plan.csv_out else None
+    writer = csv.writer(Emitted(), lineterminator="\n") if plan.csv_out else None
     if writer is not None:
         writer.writerow(sweep_header(plan.axes))
     total, done = len(plan.prompts) * len(plan.cells), 0
+    if plan.cells[0].settings.seed is not None:  # (`sweep` draws one when none is given)
+        print(f"{seeds_text(plan.cells[0].settings.seed, plan.prompts[0].n)}, in every cell", file=sys.stderr)
     for p, template in enumerate(plan.prompts):
         for batch in cell_batches(plan.cells, template.n, plan.batch_rows):
             requests = [cell_request(template, cell) for cell in batch]
             for cell, traces in zip(batch, collect_each(worker, requests), strict=True):
                 result = compare(traces, plan.pattern)
                 done += 1
-                print(f"cell {done}/{total}: prompt {p + 1}, {_label(cell)}", file=sys.stderr)
+                print(f"cell {done}/{total}: prompt {p}, {_label(cell)}", file=sys.stderr)
                 if writer is not None:
                     writer.writerow(sweep_row(p, cell, result.stats, plan.axes))
-                    sys.stdout.flush()
                 else:
-                    _out(to_json(cell_line(p, cell, result)) + "\n")
+                    emit(to_json(cell_line(p, cell, result)))
     return 0
 
 
@@ -137,32 +141,41 @@ def cell_request(template: Request, cell: Cell) -> Request:
 
 
 def cell_line(prompt: int, cell: Cell, result: Comparison) -> dict[str, Any]:
+    """A cell's JSON line; `seed` is its first sample's (sample i drew with seed + i)."""
     return {"prompt": prompt, "row": cell.row, "col": cell.col, "settings": cell.values,
-            **result.stats.to_json(), "texts": [s.text for s in result.samples]}
+            "seed": result.samples[0].seed, **result.stats.to_json(), "texts": [s.text for s in result.samples]}
+
+
+def seeds_text(first: int, n: int) -> str:
+    """The seeds of n samples, as `generate` reports them: "seed 7", or "seeds 7..14" (sample i: first + i)."""
+    return f"seeds {first}..{first + n - 1}" if n > 1 else f"seed {first}"
 
 
 def _label(cell: Cell) -> str:
     return " ".join(f"{k}={v:g}" for k, v in cell.values.items())
 
 
-def _guarded(body: Any) -> int:
+def _guarded(body: Any, prog: str) -> int:
+    """`body` run on a model thread; a failure is one line, begun with `prog` (the command)."""
     worker = ModelThread()
     try:
         return body(worker)
     except RunError as e:
-        print(f"logitlab: error: {e}", file=sys.stderr)
+        print(f"{prog}: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         worker.cancel()
         return 130
-    except OSError as e:  # standard output closed or full, a trace file that cannot be written
-        print(f"logitlab: error: cannot write: {e.strerror or e}", file=sys.stderr)
+    except OSError as e:  # what else cannot be written (standard output's failure is `emit`'s OutputError)
+        print(f"{prog}: error: cannot write: {e.strerror or e}", file=sys.stderr)
         return 1
     finally:
         worker.close()
 
 
-def _out(text: str) -> None:
-    sys.stdout.write(text)
-    sys.stdout.flush()
+class Emitted:
+    """A file for csv.writer whose rows go out through `emit`, the commands' one writer, each as it is written."""
+
+    def write(self, text: str) -> None:
+        emit(text, end="")
 

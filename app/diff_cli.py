@@ -1,7 +1,9 @@
 """`logitlab diff`: one text teacher-forced through two variants of a model, compared token by token.
 
 B is --model-b (default: --model again) with A's load options but for --dtype-b / --quantize-b / --backend-b, so
-`--dtype-b bfloat16` or `--quantize-b 4` compares a model with itself in another precision. Writes JSON Lines to
+`--dtype-b bfloat16` or `--quantize-b 4` compares a model with itself in another precision. Both are named as
+every command names a model (`app.core.models`: 'builtin', 'builtin-draft', a folder, a file, a hub id), and both
+names are checked before either model loads. Writes JSON Lines to
 stdout: one line per position (the token, KL(A‖B) in nats, each variant's log-probability of it and top-1 token,
 whether they agree), then a `summary` line (mean and max KL, agreement, each variant's perplexity). Progress goes
 to stderr; bad input exits 2 with one line. Runs on the same `ModelThread` as the window. Imports only
@@ -17,12 +19,12 @@ from collections.abc import Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
-from app.arguments import Parser, fail, read_prompt, thread_count, to_json
+from app.arguments import Parser, echo_status, emit, fail, nonempty, read_prompt, text_arg, thread_count, to_json
 from app.core.events import Failed
-from app.core.models import ModelSpec
+from app.core.models import ModelSpec, check_source
 from app.core.quant_diff import Diffed, DiffProgress, DiffRequest, QuantDiff
 from app.core.settings import SettingsError
-from backends.base import LoadOptions
+from backends.base import LoadOptions, ModelLoadError
 
 PROG = "logitlab diff"
 DTYPES = ["float32", "float16", "bfloat16"]
@@ -32,8 +34,10 @@ def parser() -> Parser:
     p = Parser(prog=PROG, description="Teacher-force one text through two variants of a model (float32 and "
                "bfloat16, float and 4-bit, a GGUF file and its float source) and compare them at every token: "
                "KL(A||B), top-1 agreement, each one's log-probability of the actual token (JSON Lines).")
-    p.add_argument("--model", default="builtin", help="variant A: a local folder, a .gguf file, a hub id or 'builtin'")
-    p.add_argument("--model-b", help="variant B (default: --model, in another --dtype-b / --quantize-b)")
+    p.add_argument("--model", type=nonempty, default="builtin", help="variant A: a local folder, a .gguf file, a hub "
+                   "id, 'builtin' or 'builtin-draft'")
+    p.add_argument("--model-b", type=nonempty, help="variant B, named as --model (default: --model, in another "
+                   "--dtype-b / --quantize-b)")
     p.add_argument("--backend", choices=["auto", "mlx", "torch"], default="auto", help="A's backend (auto: MLX on "
                    "Apple Silicon, else torch; torch for a .gguf)")
     p.add_argument("--backend-b", choices=["auto", "mlx", "torch"], help="B's backend (default: mlx with "
@@ -47,8 +51,8 @@ def parser() -> Parser:
     p.add_argument("--allow-pickle", action="store_true", help="allow non-safetensors weights (weights_only)")
     p.add_argument("--threads", type=thread_count, metavar="N", help="torch: CPU threads")
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--prompt", help="the text (default: --prompt-file, else standard input)")
-    src.add_argument("--prompt-file", help="read the text from this file (UTF-8)")
+    src.add_argument("--prompt", type=text_arg, help="the text (default: --prompt-file, else standard input)")
+    src.add_argument("--prompt-file", type=nonempty, help="read the text from this file (UTF-8)")
     return p
 
 
@@ -63,11 +67,14 @@ def specs(args: argparse.Namespace) -> tuple[ModelSpec, ModelSpec]:
 
 def main(argv: Sequence[str]) -> int:
     args = parser().parse_args(argv)
+    a, b = specs(args)
     try:
+        for flag, source in (("--model-b", args.model_b), ("--model", args.model)):  # B first: it fails fast
+            if source is not None:
+                check_model(flag, source)
         text = read_prompt(args)
     except SettingsError as e:
         return fail(str(e), 2, PROG)
-    a, b = specs(args)
     from app.core.model_thread import ModelThread  # (loads the core's heavy modules: not for --help)
 
     worker, out = ModelThread(), queue.Queue()
@@ -81,15 +88,23 @@ def main(argv: Sequence[str]) -> int:
         worker.close()
 
 
+def check_model(flag: str, source: str) -> None:
+    """A SettingsError naming the flag when `source` cannot name a model (no network: a hub id passes)."""
+    try:
+        check_source(source)
+    except ModelLoadError as e:
+        raise SettingsError(f"{flag}: {e}") from None
+
+
 def _print_all(out: queue.Queue, loading: queue.Queue) -> int:
     while True:
-        _echo_loading(loading)
+        echo_status(loading)
         try:
             ev = out.get(timeout=0.1)
         except queue.Empty:
             continue
         if isinstance(ev, Failed):
-            _echo_loading(loading)
+            echo_status(loading)
             return fail(ev.message, 1, PROG)
         if isinstance(ev, DiffProgress):
             print(ev.message, file=sys.stderr, flush=True)
@@ -97,19 +112,8 @@ def _print_all(out: queue.Queue, loading: queue.Queue) -> int:
             if ev.diff is None:
                 return fail("cancelled", 1, PROG)
             for line in lines(ev.diff):
-                print(to_json(line), flush=True)
+                emit(to_json(line))
             return 0
-
-
-def _echo_loading(loading: queue.Queue) -> None:
-    """A's loading messages (the model thread's own events), to stderr; a failure comes on the diff's queue."""
-    while True:
-        try:
-            ev = loading.get_nowait()
-        except queue.Empty:
-            return
-        if hasattr(ev, "message") and not isinstance(ev, Failed):
-            print(ev.message, file=sys.stderr, flush=True)
 
 
 def lines(d: QuantDiff) -> list[dict[str, Any]]:

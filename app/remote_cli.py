@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
-from app.arguments import to_json
+from app.arguments import emit, to_json
 from app.core.events import Finished, Request
 from app.core.models import ModelSpec
 from app.core.remote_run import load_remote, run_remote, served_models
@@ -28,23 +28,24 @@ CONCURRENCY = (1, 4, 16)
 def models_main(args: argparse.Namespace) -> int:
     """`logitlab models --base-url URL` (its arguments parsed by `app.cli.models_parser`)."""
     try:
-        served = served_models(args.base_url or "", args.api_key_env)
+        served = served_models(args.base_url or "", args.api_key_env, deadline=args.deadline)
     except ModelLoadError as e:
         print(f"logitlab models: error: {e}", file=sys.stderr)
         return 1
     if args.json:
-        print(to_json(served, indent=1))
+        emit(to_json(served, indent=1))
     elif not served:
-        print(f"{where(args.base_url)} serves no models.")
+        emit(f"{where(args.base_url)} serves no models.")
     for m in served if not args.json else ():
         ctx = m.get("max_model_len") or m.get("context_length")
-        print(m["id"] + (f"  (context {ctx:,})" if isinstance(ctx, int) else ""))
+        emit(m["id"] + (f"  (context {ctx:,})" if isinstance(ctx, int) else ""))
     return 0
 
 
 def bench_main(args: argparse.Namespace) -> int:
     """Tokens per second at each concurrency: all requests' tokens over the wall time of the batch."""
-    spec = ModelSpec(source=args.model, backend="remote", base_url=args.base_url or "", api_key_env=args.api_key_env)
+    spec = ModelSpec(source=args.model, backend="remote", base_url=args.base_url or "", api_key_env=args.api_key_env,
+                     deadline=args.deadline)
     try:
         model = load_remote(spec)
     except ModelLoadError as e:
@@ -67,7 +68,7 @@ def bench_main(args: argparse.Namespace) -> int:
     whole = model.streams_logprobs is False
     result = {"model": model.model, "server": where(model.base_url), "tokens": args.tokens, "streamed": not whole,
               "rows": rows}
-    print(to_json(result, indent=1) if args.json else _table(result))
+    emit(to_json(result, indent=1) if args.json else _table(result))
     return 0
 
 

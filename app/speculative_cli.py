@@ -3,7 +3,8 @@
 Text: the completion streams to stdout, then one line on stderr (acceptance rate, tokens per target forward,
 tokens/s, and plain decoding's with --compare-plain). `--json`: JSON Lines, one `round` line per draft/verify
 round (each draft token with its draft and target probabilities and verdict, the token the target drew) and a
-`summary` line. `--trace FILE` saves the run's trace. Imports only `app.arguments` of the command line.
+`summary` line (with the seed). Loading and the seed are said on stderr, as plain `generate` says them. `--trace
+FILE` saves the run's trace. Imports only `app.arguments` of the command line.
 """
 
 from __future__ import annotations
@@ -13,19 +14,18 @@ import sys
 from dataclasses import asdict, replace
 from typing import Any
 
-from app.arguments import add_count, fail, to_json
-from app.core.events import Drafted, Failed, Finished, Request, Speculated, Step
-from app.core.models import ModelSpec
+from app.arguments import add_count, emit, fail, nonempty, status_line, to_json
+from app.core.events import Drafted, Failed, Finished, Prefilled, Request, Speculated, Step
+from app.core.models import BUILTIN_DRAFT_NAME, ModelSpec
 from app.core.spec_record import K_MAX, SpecSummary
 
 PROG = "logitlab generate"
-BUILTIN_DRAFT = "builtin-draft"
 
 
 def add_draft_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--draft-model", "--draft", metavar="MODEL", help="speculative decoding: this model (with the "
-                   f"same tokenizer) proposes tokens, --model verifies them; '{BUILTIN_DRAFT}': the one shipped for "
-                   "the built-in model")
+    p.add_argument("--draft-model", "--draft", type=nonempty, metavar="MODEL", help="speculative decoding: this "
+                   f"model (with the same tokenizer) proposes tokens, --model verifies them; '{BUILTIN_DRAFT_NAME}': "
+                   "the one shipped for the built-in model")
     add_count(p, "--num-draft", 0, K_MAX, 4, "draft tokens per round (0: adaptive)")
     p.add_argument("--draft-k", dest="num_draft", type=int, help=argparse.SUPPRESS)
     p.add_argument("--compare-plain", action="store_true", help="speculative: then time plain decoding of as many "
@@ -33,10 +33,8 @@ def add_draft_args(p: argparse.ArgumentParser) -> None:
 
 
 def draft_request(request: Request, args: argparse.Namespace) -> Request:
-    from app.core.drafts import BUILTIN_DRAFT_PATH  # (the model catalog's modules: only when a run starts)
-
-    source = str(BUILTIN_DRAFT_PATH) if args.draft_model == BUILTIN_DRAFT else args.draft_model
-    draft = ModelSpec(source, request.model.backend, request.model.options)
+    """The run with its draft: --draft-model named as --model is (`app.core.models.resolve` reads both)."""
+    draft = ModelSpec(args.draft_model, request.model.backend, request.model.options)
     return replace(request, draft=draft, draft_k=args.num_draft, compare_plain=args.compare_plain)
 
 
@@ -65,27 +63,39 @@ def _print_all(worker: Any, args: argparse.Namespace) -> int:
         ev = worker.events.get()
         if isinstance(ev, Failed):
             return fail(ev.message, 1, PROG)
-        if isinstance(ev, Step) and not args.json:
-            sys.stdout.write(ev.text)
-            sys.stdout.flush()
+        if (line := status_line(ev)) is not None:
+            print(line, file=sys.stderr, flush=True)
+        elif isinstance(ev, Prefilled):
+            print(f"seed {ev.seed}", file=sys.stderr, flush=True)
+        elif isinstance(ev, Step) and not args.json:
+            emit(ev.text, end="")
         elif isinstance(ev, Drafted) and args.json:
-            print(to_json({"round": asdict(ev.round), "accepted": ev.round.accepted}), flush=True)
+            emit(to_json({"round": asdict(ev.round), "accepted": ev.round.accepted}))
         elif isinstance(ev, Speculated):
             summary = ev.summary
         elif isinstance(ev, Finished):
             _summarize(ev, summary, args)
-            return 0
+            return _save_trace(ev, args.trace)
+
+
+def _save_trace(ev: Finished, path: str | None) -> int:
+    """0 once the run's trace is saved (or none was asked for); 1, with its line, where it cannot be written."""
+    if path and ev.trace is not None:
+        try:
+            ev.trace.save(path)
+        except OSError as e:  # a folder, a full device, a file that is not ours to write
+            return fail(f"cannot write the trace: {e.strerror or e}: {path}", 1, PROG)
+    return 0
 
 
 def _summarize(ev: Finished, summary: SpecSummary | None, args: argparse.Namespace) -> None:
-    if args.trace and ev.trace is not None:
-        ev.trace.save(args.trace)
     line = summary_dict(summary) if summary is not None else {}
-    line.update(finish_reason=ev.reason, text=ev.trace.text if ev.trace else "")
+    trace = ev.trace
+    line.update(finish_reason=ev.reason, seed=trace.seed if trace else None, text=trace.text if trace else "")
     if args.json:
-        print(to_json({"summary": True, **line}), flush=True)
+        emit(to_json({"summary": True, **line}))
         return
-    print(file=sys.stdout)
+    emit()
     rate, per = line.get("acceptance_rate"), line.get("tokens_per_target_forward")
     parts = [f"acceptance {rate:.0%}" if rate is not None else "acceptance n/a",
              f"{per:.2f} tokens per target forward" if per is not None else "",

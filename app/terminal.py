@@ -20,11 +20,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from app.arguments import DEBUG_ENV, to_json
+from app.arguments import DEBUG_ENV, OutputError, emit, loaded_line, output_failed, to_json
 from app.core.events import Compiling, Event, Failed, Finished, Loaded, Loading, Prefilled, Request, Step
 from app.core.logit_bias import BiasEntry, resolve
 from app.core.model_thread import ModelThread
 from app.core.settings import SettingsError
+
+PROG = "logitlab generate"  # how its errors begin, as argparse's do
 
 
 def summary(ev: Finished, text: str) -> dict[str, Any]:
@@ -43,13 +45,6 @@ def trace_paths(path: str, n: int) -> list[Path]:
     """Where each sample's trace goes: the path itself for one sample, `name.1.jsonl`... for more."""
     p = Path(path)
     return [p] if n == 1 else [p.with_name(f"{p.stem}.{i}{p.suffix}") for i in range(n)]
-
-
-def loaded_line(ev: Loaded) -> str:
-    """What was loaded, leaving out what is not known (a server reports no parameter count)."""
-    i = ev.info
-    size = f"{i.parameters / 1e6:.1f}M parameters, " if i.parameters else ""
-    return f"loaded {i.name}: {size}{i.backend} on {i.device}, {i.quantization or i.dtype}, in {ev.seconds:.1f} s"
 
 
 class InOrder:
@@ -92,9 +87,11 @@ class InOrder:
 
 
 def _write(text: str, err: bool = False) -> None:
-    stream = sys.stderr if err else sys.stdout
-    stream.write(text)
-    stream.flush()
+    if err:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    else:
+        emit(text, end="")  # the commands' one writer: OutputError where standard output cannot be written
 
 
 class FirstDecode:
@@ -181,7 +178,7 @@ def _with_bias(worker: ModelThread, request: Request, bias: Sequence[BiasEntry],
     try:
         pairs = resolve(bias, loaded.tokenizer, loaded.info.vocab_size)
     except SettingsError as e:
-        print(f"logitlab: error: {e}", file=sys.stderr)
+        print(f"{PROG}: error: {e}", file=sys.stderr)
         return None
     return replace(request, settings=replace(request.settings, logit_bias=pairs))
 
@@ -205,7 +202,7 @@ def _stream(worker: ModelThread, request: Request, json_out: bool, trace_path: s
             if isinstance(ev, Failed):
                 out.resume()  # what was held for a compile is shown
                 message = f"{stage} failed: {ev.message}{unexpected.note()}" if unexpected.seen else ev.message
-                print(f"logitlab: error: {message}", file=sys.stderr)
+                print(f"{PROG}: error: {message}", file=sys.stderr)
                 return 1
             if isinstance(ev, Loading) and not ev.total:
                 print(ev.message, file=sys.stderr)
@@ -238,11 +235,9 @@ def _stream(worker: ModelThread, request: Request, json_out: bool, trace_path: s
     except KeyboardInterrupt:
         worker.cancel()
         return 130
-    except OSError as e:  # standard output is full, closed, or a broken pipe
+    except OutputError as e:  # standard output is full, closed, or a broken pipe
         worker.cancel()
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
-        print(f"logitlab: error: cannot write to standard output: {e.strerror or e}", file=sys.stderr)
-        return 1
+        return output_failed(e, PROG)
 
 
 def _finished(ev: Finished, request: Request, text: str, json_out: bool, live: bool, trace_path: str | None,
@@ -260,14 +255,14 @@ def _finished(ev: Finished, request: Request, text: str, json_out: bool, live: b
     label = f"sample {i + 1}: " if request.n > 1 else ""
     out.write(i, f"{label}[{ev.reason}] {ev.metrics.line()}\n", err=True)
     if ev.message:
-        out.write(i, f"logitlab: error: {label}{ev.message}\n", err=True)
+        out.write(i, f"{PROG}: error: {label}{ev.message}\n", err=True)
     ok = ev.reason != "error"
     if trace_path and ev.trace is not None:
         path = trace_paths(trace_path, request.n)[i]
         try:
             ev.trace.save(path)
         except OSError as e:
-            out.write(i, f"logitlab: error: cannot write the trace: {e.strerror}: {path}\n", err=True)
+            out.write(i, f"{PROG}: error: cannot write the trace: {e.strerror}: {path}\n", err=True)
             ok = False
     out.end(i)
     return ok

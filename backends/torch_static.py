@@ -151,6 +151,23 @@ def compile_cache_dir() -> Path | None:
     return Path(user_cache_dir("logitlab")) / "torchinductor"
 
 
+def usable_cache_dir(folder: Path | None) -> Path | None:
+    """`folder`, made if need be; None (torch's own temporary folder, a warning said) where it cannot be: a file in
+    its place, a folder not ours to write. Compiling goes on either way, only not cached for the next start."""
+    if folder is None:
+        return None
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if os.access(folder, os.W_OK | os.X_OK):
+            return folder
+        why = "not writable"
+    except OSError as e:  # FileExistsError: a file where the folder should be; NotADirectoryError: one above it
+        why = e.strerror or type(e).__name__
+    logging.getLogger(__name__).warning(f"logitlab: warning: cannot keep compiled steps in {folder} ({why}); "
+                                        "compiling without a cache kept between runs")
+    return None
+
+
 def configure_inductor(freeze: bool) -> None:
     """Compile caches kept between runs (a second start compiles from them), weights frozen into constants where
     `freeze` (a CPU: its max-autotune then picks its own micro-GEMM; its prepacked weights keep the FX graph cache
@@ -158,9 +175,11 @@ def configure_inductor(freeze: bool) -> None:
     import torch._inductor.config as inductor
     from torch._inductor import select_algorithm
 
-    folder = compile_cache_dir()
+    folder = usable_cache_dir(compile_cache_dir())
     if folder is not None:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
+    elif USER_CACHE_DIR:  # the user's folder cannot be used: torch would fail on it as well
+        os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
     inductor.fx_graph_cache = True
     # every batch size, model loaded and sampler setting is one more compile of the same code (8 by default)
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, RECOMPILE_LIMIT)

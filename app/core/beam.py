@@ -8,7 +8,6 @@ live beams are the rows of one batch, and the cache's rows follow the kept beams
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +22,8 @@ if TYPE_CHECKING:
     from app.core.trace import StepTrace
 
 MAX_WIDTH = 8
+# length ** penalty stays a float32 for any length max_tokens allows (100,000 ** 5 = 1e25; ** 8 would overflow)
+MAX_LENGTH_PENALTY = 5.0
 Fate = Literal["kept", "finished", "pruned"]
 EarlyStopping = bool | Literal["never"]
 NEG = -1.0e9  # transformers' "impossible" score: the score of an empty finished slot
@@ -48,8 +49,9 @@ class BeamSettings:
             raise SettingsError(f"no-repeat n-gram size must be 0 (off) or more, got {self.no_repeat_ngram}")
         if self.max_tokens < 1:
             raise SettingsError(f"max tokens must be at least 1, got {self.max_tokens}")
-        if not math.isfinite(self.length_penalty):
-            raise SettingsError(f"length penalty must be a finite number, got {self.length_penalty}")
+        if not -MAX_LENGTH_PENALTY <= self.length_penalty <= MAX_LENGTH_PENALTY:  # (NaN too)
+            raise SettingsError(f"length penalty must be a number from {-MAX_LENGTH_PENALTY:g} to "
+                                f"{MAX_LENGTH_PENALTY:g}, got {self.length_penalty}")
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,7 @@ class BeamFinished:
     request_id: int
     result: BeamResult
     texts: tuple[str, ...]  # per hypothesis (best first): its text (an end-of-text token not shown)
-    runs: tuple[tuple[StepTrace, ...], ...]  # per hypothesis: its steps as a greedy run's (empty: cannot open)
+    runs: tuple[tuple[StepTrace, ...], ...]  # per hypothesis: its steps as a beam run's (empty: cannot open)
 
 
 BeamEvent = BeamStarted | BeamStepped | BeamFinished

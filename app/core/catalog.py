@@ -14,14 +14,21 @@ import json
 import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import psutil
 
 from app.core.files import parse_json
-from app.core.models import BUILTIN_LABEL, BUILTIN_NAME, BUILTIN_PATH
+from app.core.models import (
+    BUILTIN_DRAFT_LABEL,
+    BUILTIN_DRAFT_NAME,
+    BUILTIN_DRAFT_PATH,
+    BUILTIN_LABEL,
+    BUILTIN_NAME,
+    BUILTIN_PATH,
+)
 from backends.base import ModelLoadError
 from backends.checks import ConfigShape, check_config, read_config, safetensors_header
 from backends.gguf import is_gguf, read_gguf
@@ -190,7 +197,8 @@ def _size(path: Path) -> int:
         return 0
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], write: Callable[[str], None] = print) -> int:
+    """`logitlab models`' local listing; each line of it goes to `write` (the command line's writer)."""
     p = argparse.ArgumentParser(prog="logitlab models", description="List the models in the Hugging Face cache "
                                 "(model folders and .gguf files) and in the folders given with --folder.")
     p.add_argument("--cache-dir", help="another cache folder (default: the standard HF cache)")
@@ -202,17 +210,18 @@ def main(argv: list[str]) -> int:
     if missing:
         print(f"logitlab models: error: no folder {missing[0]}", file=sys.stderr)
         return 2
-    entries = [builtin_entry(), *scan_cache(args.cache_dir)] + [e for f in args.folder for e in scan_folder(f)]
+    shipped = [builtin_entry(), *filter(None, [builtin_draft_entry()])]
+    entries = [*shipped, *scan_cache(args.cache_dir)] + [e for f in args.folder for e in scan_folder(f)]
     if args.json:
-        print(json.dumps([asdict(e) for e in entries], indent=1))
+        write(json.dumps([asdict(e) for e in entries], indent=1))
         return 0
     width = max(48, *(len(e.source) for e in entries))  # a GGUF's source is its path: what to type in --model
-    print(f"{'model':{width}} {'size':>9}  {'type':14} {'backends':12} quantization")
+    write(f"{'model':{width}} {'size':>9}  {'type':14} {'backends':12} quantization")
     for e in entries:
-        print(f"{e.source:{width}} {e.size_bytes / 2**20:7.0f} MB  {e.model_type:14} "
+        write(f"{e.source:{width}} {e.size_bytes / 2**20:7.0f} MB  {e.model_type:14} "
               f"{','.join(e.backends) or '-':12} {e.quantization or ''}")
-    if len(entries) == 1:
-        print(f"\nNo models in the Hugging Face cache{' or those folders' if args.folder else ''} yet. Open a local "
+    if len(entries) == len(shipped):
+        write(f"\nNo models in the Hugging Face cache{' or those folders' if args.folder else ''} yet. Open a local "
               "folder or .gguf file, or give a hub id to download one.")
     for e in entries:
         if e.problem:
@@ -224,3 +233,13 @@ def builtin_entry() -> ModelEntry:
     """The model shipped with Logit Lab: listed first wherever models are listed (`logitlab models`, the picker)."""
     size = sum(f.stat().st_size for f in BUILTIN_PATH.iterdir() if f.is_file()) if BUILTIN_PATH.is_dir() else 0
     return ModelEntry(BUILTIN_NAME, str(BUILTIN_PATH), size, "llama", ("mlx", "torch"), None, BUILTIN_LABEL)
+
+
+def builtin_draft_entry() -> ModelEntry | None:
+    """The built-in model's draft, by the name every command takes (`--draft-model builtin-draft`); None where it
+    is missing."""
+    if not (BUILTIN_DRAFT_PATH / "config.json").exists():
+        return None
+    size = sum(f.stat().st_size for f in BUILTIN_DRAFT_PATH.iterdir() if f.is_file())
+    return ModelEntry(BUILTIN_DRAFT_NAME, str(BUILTIN_DRAFT_PATH), size, "llama", ("mlx", "torch"), None,
+                      BUILTIN_DRAFT_LABEL)

@@ -9,7 +9,6 @@ and computes from them only; it runs no model and knows nothing of Qt.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import statistics
@@ -18,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from app.core.files import parse_json, typed
 from app.core.settings import FIELD_BY_NAME, SamplerSettings, SettingsError
 from app.core.trace import RunTrace, StepTrace
 
@@ -136,7 +136,7 @@ def agreement(seqs: Sequence[Sequence[int]]) -> tuple[int, ...]:
 def is_json(text: str) -> bool:
     """Whether `text`, without surrounding whitespace, is exactly one JSON value."""
     try:
-        json.loads(text.strip())
+        parse_json(text.strip())  # (a sample nested too deeply for Python to read: not JSON to us either)
     except ValueError:
         return False
     return True
@@ -146,7 +146,9 @@ def compile_pattern(pattern: str) -> re.Pattern[str]:
     try:
         return re.compile(pattern)
     except re.error as e:
-        raise SettingsError(f"not a regular expression: {pattern!r} ({e})") from None
+        raise SettingsError(f"not a regular expression: {typed(pattern)} ({e})") from None
+    except (RecursionError, OverflowError):  # groups nested past Python's stack, a pattern past re's size
+        raise SettingsError(f"a regular expression too deeply nested or too large: {typed(pattern)}") from None
 
 
 def _rate(samples: Sequence[SampleStats], test: Any) -> float:
@@ -184,14 +186,14 @@ def parse_axis(text: str) -> Axis:
     field = FIELD_BY_NAME.get(name)
     if not sep or field is None:
         known = ", ".join(FIELD_BY_NAME)
-        raise SettingsError(f"a grid axis is NAME=V1,V2,... with NAME one of {known}; got {text!r}")
+        raise SettingsError(f"a grid axis is NAME=V1,V2,... with NAME one of {known}; got {typed(text)}")
     try:
         values = tuple((int if field.integer else float)(v) for v in rest.split(","))
     except ValueError:
         kind = "whole numbers" if field.integer else "numbers"
-        raise SettingsError(f"{name}: the grid's values must be {kind}, comma-separated; got {rest!r}") from None
+        raise SettingsError(f"{name}: the grid's values must be {kind}, comma-separated; got {typed(rest)}") from None
     if not 1 <= len(values) <= MAX_AXIS or len(set(values)) != len(values):
-        raise SettingsError(f"{name}: give 1 to {MAX_AXIS} different values, got {len(values)} ({rest})")
+        raise SettingsError(f"{name}: give 1 to {MAX_AXIS} different values, got {len(values)}: {typed(rest)}")
     return Axis(name, values)
 
 

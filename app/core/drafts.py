@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 
+from app.core import catalog
 from app.core.catalog import ModelEntry
-from app.core.models import BUILTIN_PATH, is_builtin, resolve
+from app.core.models import BUILTIN_DRAFT_PATH, is_builtin, resolve
 from backends.base import ModelLoadError
 
-BUILTIN_DRAFT_PATH = BUILTIN_PATH.parent / "builtin-draft"
-BUILTIN_DRAFT_LABEL = "Built-in draft (Python, 0.9M)"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "merges.txt")
 
 
@@ -67,9 +67,7 @@ def offered_drafts(target_source: str, entries: Iterable[ModelEntry]) -> list[Mo
 
 
 def builtin_draft_entry() -> ModelEntry | None:
-    """The draft shipped for the built-in model (None where it is missing)."""
-    if not (BUILTIN_DRAFT_PATH / "config.json").exists():
-        return None
-    size = sum(f.stat().st_size for f in BUILTIN_DRAFT_PATH.iterdir() if f.is_file())
-    return ModelEntry(str(BUILTIN_DRAFT_PATH), str(BUILTIN_DRAFT_PATH), size, "llama", ("mlx", "torch"), None,
-                      BUILTIN_DRAFT_LABEL)
+    """The draft shipped for the built-in model, as the picker offers it: by its folder (None where it is
+    missing)."""
+    entry = catalog.builtin_draft_entry()
+    return None if entry is None else replace(entry, source=str(BUILTIN_DRAFT_PATH))

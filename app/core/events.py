@@ -21,8 +21,14 @@ if TYPE_CHECKING:
     from app.core.trace import RunTrace, StepTrace
     from backends.base import ModelInfo, Tokenizer
 
-_ids = itertools.count(1)
+_ids = itertools.count(1)  # run ids, as the user counts them: a new window's first run is run 1
+_job_ids = itertools.count(3_000_000_001)  # apart from run ids: a load's or a score's events never route to a run
 FinishReason = Literal["eos", "stop", "length", "context", "cancelled", "error"]
+
+
+def job_id() -> int:
+    """An id for a request that makes no run (a model load, a prompt score): it takes none of the run ids."""
+    return next(_job_ids)
 
 
 @dataclass(frozen=True)

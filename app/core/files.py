@@ -62,8 +62,10 @@ def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
 
 
 def write_lines(path: str | os.PathLike, lines: Iterable[str]) -> None:
-    """Write each of `lines` (no newline of their own) atomically, streamed rather than joined in memory."""
-    write_chunks(path, ((line + "\n").encode("utf-8") for line in lines))
+    """Write each of `lines` (JSON, no newline of their own) atomically, streamed rather than joined in memory. A
+    lone surrogate, which UTF-8 cannot hold (a command line's undecodable byte, a server's broken escape), is
+    written as its JSON escape (\\udcff): the file stays UTF-8 and reads back the same string."""
+    write_chunks(path, ((line + "\n").encode("utf-8", "backslashreplace") for line in lines))
 
 
 def write_chunks(path: str | os.PathLike, chunks: Iterable[bytes]) -> None:
@@ -113,6 +115,15 @@ def check_header(obj: object, fmt: str, version: int, kind: str, error: type[Exc
                     f"update Logit Lab to open it")
 
 
+def typed(text: str, limit: int = 60) -> str:
+    """What a user typed (a flag's value), as a message quotes it: its repr, cut with … where longer, so that a
+    refusal never echoes a megabyte back."""
+    if len(text) <= limit:
+        return repr(text)
+    head = repr(text[:limit])
+    return f"{head[:-1]}…{head[-1]} ({len(text):,} characters)"
+
+
 def brief(value: Any, limit: int = 40) -> str:
     """A value read from a file, as JSON, for a message: one short line, cut with … where longer."""
     try:
@@ -128,7 +139,10 @@ NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
 def json_number(v: Any) -> Any:
-    """A value as the file holds it: a float that is not finite as its string, anything else as it is."""
+    """A value as the file holds it: a float that is not finite as its string, anything else as it is (a numpy
+    float as a Python one: json writes no numpy scalar)."""
+    if type(v).__module__ == "numpy" and hasattr(v, "item"):
+        v = v.item()
     if isinstance(v, float) and not math.isfinite(v):
         return "NaN" if math.isnan(v) else "Infinity" if v > 0 else "-Infinity"
     return v

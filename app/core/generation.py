@@ -33,6 +33,12 @@ class PromptError(ValueError):
     """A prompt that cannot be run (empty, too long, chat without a template)."""
 
 
+# A prompt of more characters than this many per token of the context cannot fit it: refused before it is tokenized
+# (a tokenizer given megabytes takes seconds and gigabytes, or aborts the process). Real text runs ~2-6 characters a
+# token; a generous bound, so that only what can never fit is refused unread.
+MAX_CHARS_PER_TOKEN = 64
+
+
 def prompt_tokens(tok: Tokenizer, prompt: str, messages: Sequence[Message] | None) -> tuple[list[int], str]:
     """The text the model sees (chat messages through the model's template) and its token ids: one definition
     for a run and for the editor's token count."""
@@ -46,6 +52,7 @@ def prompt_tokens(tok: Tokenizer, prompt: str, messages: Sequence[Message] | Non
 
 
 def build_prompt(tok: Tokenizer, request: Request, context_length: int = 0) -> tuple[list[int], str]:
+    check_length(request, context_length)
     if request.prompt_ids is not None:
         ids, text = list(request.prompt_ids), tok.decode(request.prompt_ids)
     else:
@@ -57,6 +64,17 @@ def build_prompt(tok: Tokenizer, request: Request, context_length: int = 0) -> t
     if context_length and len(ids) >= context_length:
         raise PromptError(f"the prompt is {len(ids)} tokens; this model's context holds {context_length}")
     return ids, text
+
+
+def check_length(request: Request, context_length: int) -> None:
+    """A PromptError when the prompt's text (its messages' text in chat) is too long to fit `context_length` tokens
+    at any tokenization (`MAX_CHARS_PER_TOKEN`): said before the tokenizer sees it."""
+    if not context_length or request.prompt_ids is not None:
+        return
+    chars = len(request.prompt) if request.messages is None else sum(len(m.content) for m in request.messages)
+    if chars > context_length * MAX_CHARS_PER_TOKEN:
+        raise PromptError(f"the prompt is {chars:,} characters: far more than this model's context of "
+                          f"{context_length:,} tokens holds")
 
 
 class Prefix:

@@ -11,10 +11,12 @@ import ast
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from app.core.files import typed as quoted
 from app.core.settings import MAX_BIAS, SettingsError, read_escapes
 from backends.base import Tokenizer
 
 SHOWN_PIECES = 8  # a long text's pieces listed in its message, then "..."
+MAX_ID_DIGITS = 12  # a token id typed with more digits is past every vocabulary
 
 
 @dataclass(frozen=True)
@@ -35,8 +37,8 @@ def parse_entry(typed: str) -> BiasEntry:
         number = None
     if not sep or not token or number is None or not -MAX_BIAS <= number <= MAX_BIAS:
         raise SettingsError(f"expected TOKEN=VALUE (a token's text or id, a value from {-MAX_BIAS:g} to "
-                            f"{MAX_BIAS:g}), got {typed!r}")
-    return BiasEntry(int(token) if token.isdigit() else read_text(token), number)
+                            f"{MAX_BIAS:g}), got {quoted(typed)}")
+    return BiasEntry(typed_token(token) if _is_id(token) else read_text(token), number)
 
 
 def read_text(token: str) -> str:
@@ -44,8 +46,8 @@ def read_text(token: str) -> str:
     if len(token) >= 2 and token[0] == token[-1] and token[0] in "'\"":
         try:
             text = ast.literal_eval(token)
-        except (ValueError, SyntaxError):
-            raise SettingsError(f"logit bias: cannot read the quoted token {token}") from None
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            raise SettingsError(f"logit bias: cannot read the quoted token {quoted(token)}") from None
         if isinstance(text, str) and text:
             return text
         raise SettingsError(f"logit bias: the quoted token {token} is empty")
@@ -61,13 +63,13 @@ def token_id(token: int | str, tokenizer: Tokenizer | None, vocab_size: int) -> 
                                 f"{vocab_size - 1})")
         return token
     if tokenizer is None:
-        raise SettingsError(f"{token!r} is text, and this model has no tokenizer here: give a token id")
+        raise SettingsError(f"{quoted(token)} is text, and this model has no tokenizer here: give a token id")
     ids = tokenizer.encode(token, add_special_tokens=False)
     if len(ids) != 1:
         pieces = ", ".join(repr(tokenizer.token_text(i)) for i in ids[:SHOWN_PIECES])
         more = ", ..." if len(ids) > SHOWN_PIECES else ""
         how = f"{len(ids)} tokens here ({pieces}{more})" if ids else "no token here"
-        raise SettingsError(f"{token!r} is {how}; give one token or its id")
+        raise SettingsError(f"{quoted(token)} is {how}; give one token or its id")
     return ids[0]
 
 
@@ -84,6 +86,26 @@ def resolve(entries: Sequence[BiasEntry], tokenizer: Tokenizer | None,
     return tuple(sorted(pairs.items()))
 
 
+def check_ids(pairs: Sequence[tuple[int, float]], vocab_size: int) -> None:
+    """Settings' logit bias (id, value) pairs against the model that runs them: an id past its vocabulary raises
+    `SettingsError` as `resolve` says it, whichever command or view asked (0: a server's, unknown here)."""
+    for tid, _ in pairs:
+        try:
+            token_id(tid, None, vocab_size)
+        except SettingsError as err:
+            raise SettingsError(f"logit bias: {err}") from None
+
+
 def typed_token(typed: str) -> int | str:
-    """A token as typed in the window's box: an id when it is digits (spaces around allowed), else the text as is."""
-    return int(typed) if typed.strip().isdigit() else typed
+    """A token as typed in the window's box: an id when it is digits (spaces around allowed), else the text as is. An
+    id of more digits than any vocabulary needs is refused (Python reads at most 4,300 digits)."""
+    if not _is_id(typed.strip()):
+        return typed
+    if len(typed.strip()) > MAX_ID_DIGITS:
+        raise SettingsError(f"token id {quoted(typed.strip())} is past any vocabulary")
+    return int(typed)
+
+
+def _is_id(text: str) -> bool:
+    """Digits, 0-9 only (int() reads other scripts' digits too: those are a text token here)."""
+    return text.isascii() and text.isdigit()

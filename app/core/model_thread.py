@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from app.core.beam_run import BeamRequest, run_beam
+from app.core.beam_run import BeamRequest, refuse_server, run_beam
 from app.core.catalog import check_fits
 from app.core.events import Compiling, Event, Failed, Finished, Loaded, Loading, Request, Scored
 from app.core.generation import Prefix, PromptError, build_prompt, generate
+from app.core.logit_bias import check_ids
 from app.core.metrics import Metrics
 from app.core.models import Cancelled, ModelSpec, resolve
 from app.core.quant_diff import DiffRequest, run_diff
@@ -162,6 +163,8 @@ class ModelThread:
     def _serve(self, job: _Job) -> None:
         if job.kind == "together":
             return self._serve_together(job)
+        if job.kind == "beam":
+            refuse_server(job.request.model)  # (before connecting: the refusal does not depend on the server)
         self._free_held(keep=(job.request.model,))  # a job of one model: the others held go
         model, loaded_now = self._ensure(job)
         self._watch_compiles(model, job.request.id)
@@ -180,10 +183,12 @@ class ModelThread:
             for event in run_beam(model, job.request, job.cancel, self._prefix):
                 job.out.put(event)
         elif job.request.draft is not None:
+            check_ids(job.request.settings.logit_bias, model.info.vocab_size)
             draft = self._ensure_draft(job, _local(model))
             for event in run_speculative(_local(model), draft, job.request, job.cancel):
                 self.events.put(event)
         else:
+            check_ids(job.request.settings.logit_bias, model.info.vocab_size)
             for event in generate(model, job.request, job.cancel, self._prefix):
                 self.events.put(event)
 
@@ -279,6 +284,8 @@ class ModelThread:
         for group in groups(job.together):  # groups on one model share its prefix cache: the first takes what it holds
             spec = group[0].model
             if spec in models:  # (else it failed to load, and said so)
+                for request in group:
+                    check_ids(request.settings.logit_bias, models[spec].info.vocab_size)
                 prefix = self._prefix_of(spec)
                 streams.append(_guarded(group, generate_together(models[spec], group, job.cancel, prefix)))
         for event in interleave(streams):

@@ -1,8 +1,10 @@
-"""Where models come from: the built-in model, local folders, and hub ids through the Hugging Face cache.
+"""Where models come from: the models shipped with Logit Lab, local folders, and hub ids through the HF cache.
 
 `resolve` turns what the user typed into a local folder, downloading through huggingface_hub (resumable,
 with progress and cancel) only when the model is not cached and neither the spec's `offline` flag nor
-HF_HUB_OFFLINE forbids the network. Failures become one `ModelLoadError` line naming the model and what to do.
+HF_HUB_OFFLINE forbids the network. It is the one reader of model names: 'builtin' and 'builtin-draft' (the
+shipped models, `SHIPPED`) mean the same to every command and to the window. Failures become one
+`ModelLoadError` line naming the model and what to do.
 """
 
 from __future__ import annotations
@@ -19,6 +21,10 @@ from backends.base import LoadOptions, ModelLoadError
 BUILTIN_NAME = "builtin"
 BUILTIN_LABEL = "Built-in model (Python, 5M)"
 BUILTIN_PATH = Path(__file__).resolve().parents[2] / "resources" / "builtin-model"
+BUILTIN_DRAFT_NAME = "builtin-draft"
+BUILTIN_DRAFT_LABEL = "Built-in draft (Python, 0.9M)"
+BUILTIN_DRAFT_PATH = BUILTIN_PATH.parent / "builtin-draft"  # the built-in model's draft (speculative decoding)
+SHIPPED = {BUILTIN_NAME: BUILTIN_PATH, BUILTIN_DRAFT_NAME: BUILTIN_DRAFT_PATH}  # a shipped model's name: its folder
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 WEIGHT_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
 
@@ -36,10 +42,12 @@ class ModelSpec:
     offline: bool = field(default=False, compare=False)
     # backend "remote": an OpenAI-compatible server, and `source` is its model name ("" or "builtin": the one it
     # serves). The API key is never here: it is read from the environment variable `api_key_env` when named,
-    # else from the keychain (app/core/secrets.py). `concurrency` bounds the requests of N samples in flight.
+    # else from the keychain (app/core/secrets.py). `concurrency` bounds the requests of N samples in flight;
+    # `deadline` the seconds one request may take in all, however the server trickles (None: the backend's default).
     base_url: str = ""
     api_key_env: str | None = None
     concurrency: int = field(default=4, compare=False)
+    deadline: float | None = field(default=None, compare=False)
 
     @property
     def label(self) -> str:
@@ -57,8 +65,21 @@ def is_builtin(source: str) -> bool:
 
 
 def model_label(source: str) -> str:
-    """How a model is named to a person: the built-in one by what it is, any other by its folder or hub id."""
+    """How a model is named to a person: the built-in one by what it is (the model bar reads that back), any other
+    by what was typed: its folder, hub id or name."""
     return BUILTIN_LABEL if is_builtin(source) else source
+
+
+def shipped_path(source: str) -> Path | None:
+    """The folder of the shipped model `source` names ('builtin', '' or 'builtin-draft'); None for any other."""
+    return BUILTIN_PATH if is_builtin(source) else SHIPPED.get(source)
+
+
+def check_source(source: str) -> None:
+    """A `ModelLoadError` unless `source` can name a model: a shipped one, a file or folder that exists, or a hub
+    id (which `resolve` may still not find). No network: a command checks its models before loading any."""
+    if shipped_path(source) is None and not Path(source).expanduser().exists() and not HUB_ID.match(source):
+        raise ModelLoadError(f"no model folder at {source!r}, and it is not a hub id like 'owner/name'")
 
 
 class Cancelled(Exception):  # noqa: N818 - a user action, not an error
@@ -75,15 +96,15 @@ def resolve(source: str, progress: Progress | None = None, cancel: threading.Eve
 
     `offline` (a `ModelSpec.offline`) or HF_HUB_OFFLINE: only local folders and the HF cache, no network.
     """
-    if is_builtin(source):
-        if not (BUILTIN_PATH / "config.json").exists():
-            raise ModelLoadError(f"the built-in model is missing from {BUILTIN_PATH}: reinstall Logit Lab")
-        return BUILTIN_PATH
+    if (shipped := shipped_path(source)) is not None:
+        if not (shipped / "config.json").exists():
+            what = "model" if is_builtin(source) else "draft"
+            raise ModelLoadError(f"the built-in {what} is missing from {shipped}: reinstall Logit Lab")
+        return shipped
+    check_source(source)
     path = Path(source).expanduser()
     if path.exists():
         return path.resolve()
-    if not HUB_ID.match(source):
-        raise ModelLoadError(f"no model folder at {source!r}, and it is not a hub id like 'owner/name'")
     cached = _snapshot(source, local_only=True)
     if cached is not None:
         return cached

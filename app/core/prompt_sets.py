@@ -19,24 +19,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app.core.files import is_a, json_number, read_field, read_number, whole, write_atomic, write_lines
+from app.core.files import is_a, json_number, parse_json, read_field, read_number, whole, write_atomic, write_lines
 from app.core.settings import FIELDS, SamplerSettings, SettingsError
 
 if TYPE_CHECKING:
     from app.core.compare import SampleStats
 
 MAX_PROMPTS = 1000
+MAX_SET_BYTES = 64 << 20  # a prompt set's file: more is refused before it is read (a device, a runaway file)
 
 
 def read_prompt_set(path: str | Path) -> tuple[str, ...]:
     """The prompts of a `.csv` file, or of a JSON Lines file (any other name), in file order."""
     p = Path(path)
     try:
-        text = p.read_bytes().decode("utf-8")
+        with p.open("rb") as f:
+            data = f.read(MAX_SET_BYTES + 1)
+        text = data.decode("utf-8-sig")  # a byte-order mark (Excel's "CSV UTF-8" writes one) is not the header's
     except OSError as e:
         raise SettingsError(f"cannot read the prompt set: {e.strerror}: {p}") from None
     except UnicodeDecodeError as e:
         raise SettingsError(f"{p} is not UTF-8 text (byte {e.start}): save it as UTF-8") from None
+    if len(data) > MAX_SET_BYTES:
+        raise SettingsError(f"{p.name}: more than {MAX_SET_BYTES >> 20} MiB; a set holds at most {MAX_PROMPTS} prompts")
     prompts = _from_csv(text, p.name) if p.suffix.lower() == ".csv" else _from_jsonl(text, p.name)
     if not prompts:
         raise SettingsError(f"{p.name}: no prompt in it")
@@ -46,7 +51,10 @@ def read_prompt_set(path: str | Path) -> tuple[str, ...]:
 
 
 def _from_csv(text: str, name: str) -> list[str]:
-    rows = list(csv.reader(io.StringIO(text)))
+    try:
+        rows = _csv_rows(text)
+    except csv.Error as e:
+        raise SettingsError(f"{name}: not CSV ({e})") from None
     if not rows:
         return []
     header = [h.strip().lower() for h in rows[0]]
@@ -63,15 +71,26 @@ def _from_csv(text: str, name: str) -> list[str]:
     return out
 
 
+def _csv_rows(text: str) -> list[list[str]]:
+    """The rows of `text`, a field as long as the text itself allowed (csv's own limit is 128 KiB: a long prompt
+    would fail; whether it fits a model's context is the run's to say)."""
+    limit = csv.field_size_limit()
+    csv.field_size_limit(max(limit, len(text) + 1))
+    try:
+        return list(csv.reader(io.StringIO(text)))
+    finally:
+        csv.field_size_limit(limit)
+
+
 def _from_jsonl(text: str, name: str) -> list[str]:
     out = []
     for i, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
-            value = json.loads(line)
+            value = parse_json(line)  # (nested too deeply: a ValueError too)
         except ValueError as e:
-            raise SettingsError(f"{name}, line {i}: not JSON ({e.msg})") from None
+            raise SettingsError(f"{name}, line {i}: not JSON ({getattr(e, 'msg', e)})") from None
         prompt = value.get("prompt") if isinstance(value, dict) else value
         if not isinstance(prompt, str) or not prompt:
             raise SettingsError(f"{name}, line {i}: expected a text or an object with a \"prompt\" text")

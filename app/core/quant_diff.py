@@ -190,6 +190,8 @@ def run_diff(a: LoadedModel, request: DiffRequest, cancel: threading.Event, free
     vocab, pieces, token_text = a.info.vocab_size, token_pieces(a.tokenizer, ids), a.tokenizer.token_text
     label_a = variant_label(request.model.source, a.info)
     check_length(len(ids), vocab)
+    spec = request.model_b
+    path = resolve(spec.source, None, cancel, offline=spec.offline)  # before A's pass: a B not found fails fast
     yield DiffProgress(request.id, f"Scoring {len(ids):,} tokens with A: {label_a}…")
     ranges: list[tuple[int, int]] = []
     kept = np.empty((len(ids) - 1, vocab), dtype=np.float32)  # (T-1, V): A's log-probabilities
@@ -197,8 +199,6 @@ def run_diff(a: LoadedModel, request: DiffRequest, cancel: threading.Event, free
     if first is None:
         yield Diffed(request.id, None)
         return
-    spec = request.model_b
-    path = resolve(spec.source, None, cancel, offline=spec.offline)
     beside = estimate_memory(path).fits
     if not beside:
         free_a()  # one after the other: A's logits are kept, its weights go

@@ -54,7 +54,7 @@ class Sample:
 
     token: int
     rank: int | None  # 0-based, in the raw distribution
-    u: float | None  # the uniform number the token was drawn with (None: drawn elsewhere)
+    u: float | None  # the uniform number the token was drawn with (None: drawn elsewhere, or taken by a search)
     stage_names: tuple[str, ...]
     top_ids: np.ndarray  # (K,) int32, by raw probability descending (partial: the reported ids)
     kept: np.ndarray  # (S, N) bool
@@ -66,7 +66,7 @@ class Sample:
             a.flags.writeable = False
 
     @classmethod
-    def record(cls, *, token: int, rank: int, u: float, stage_names: Sequence[str], top_ids: np.ndarray,
+    def record(cls, *, token: int, rank: int, u: float | None, stage_names: Sequence[str], top_ids: np.ndarray,
                top_logits: np.ndarray, probs: np.ndarray, kept: np.ndarray, thresholds: np.ndarray,
                kept_counts: np.ndarray, top_p_cumulative: np.ndarray | None, prob: float, raw_logprob: float,
                entropy: float, final_entropy: float, raw_lse: float) -> Sample:
@@ -80,8 +80,8 @@ class Sample:
         if top_p_cumulative is not None:
             parts.append(top_p_cumulative)
         values = np.concatenate([np.asarray(p, dtype=np.float32).ravel() for p in parts])
-        return cls(int(token), int(rank), float(u), tuple(stage_names), np.array(top_ids, dtype=np.int32),
-                   np.array(kept, dtype=bool).reshape(s, n), values)
+        return cls(int(token), int(rank), None if u is None else float(u), tuple(stage_names),
+                   np.array(top_ids, dtype=np.int32), np.array(kept, dtype=bool).reshape(s, n), values)
 
     @classmethod
     def partial(cls, token: int, logprob: float | None, top_ids: Sequence[int], top_logprobs: Sequence[float],
@@ -89,9 +89,11 @@ class Sample:
         """What an OpenAI-compatible server reports: the drawn token's log-probability and the top-k
         log-probabilities, of the `reported` distribution (after its own processing: stages not observed)."""
         ids = np.array(top_ids, dtype=np.int32)
-        probs = np.exp(np.asarray(top_logprobs, dtype=np.float64))
         lp = math.nan if logprob is None else logprob
-        prob, raw_logprob = (math.exp(lp), math.nan) if reported == "final" else (math.nan, lp)
+        with np.errstate(over="ignore"):  # whatever a server sent is kept: a log-probability above ~709 as infinity
+            probs = np.exp(np.asarray(top_logprobs, dtype=np.float64))
+            drawn = float(np.exp(np.float64(lp)))
+        prob, raw_logprob = (drawn, math.nan) if reported == "final" else (math.nan, lp)
         where = np.flatnonzero(ids == token)
         rank = int(where[0]) if reported == "raw" and where.size else None  # a rank is of the raw distribution
         return cls._reported(token, rank, ids, probs, prob, raw_logprob, reported)
@@ -106,7 +108,8 @@ class Sample:
         if np.shape(probs) not in ((len(ids),), (1, len(ids))):
             raise ValueError(f"{np.size(probs)} probabilities for {len(ids)} reported tokens")
         head = [prob, raw_logprob, math.nan, math.nan, math.nan]
-        values = np.concatenate([np.array(head, dtype=np.float32), np.asarray(probs, dtype=np.float32).ravel()])
+        with np.errstate(over="ignore"):  # a number past float32 is kept as infinity (as the trace reader reads it)
+            values = np.concatenate([np.array(head, dtype=np.float32), np.asarray(probs, dtype=np.float32).ravel()])
         return cls(int(token), None if rank is None else int(rank), None, (), ids,
                    np.zeros((0, len(ids)), dtype=bool), values, reported)
 
@@ -180,6 +183,25 @@ class Sample:
         values[0], values[1] = prob, raw
         rank = i if not self.is_partial or self.reported == "raw" else None
         return replace(self, token=int(token), rank=rank, values=values)
+
+    def taking(self, token: int) -> Sample:
+        """This step's raw distribution with `token` taken by a search (a beam's) rather than drawn: no sampler stage
+        ran and no random number was drawn (u None), so the token's probability is the model's."""
+        at = np.flatnonzero(self.top_ids == token)
+        if self.is_partial or not at.size:
+            raise ValueError(f"token {token} is not among this step's recorded raw candidates")
+        i, n = int(at[0]), self.top_n
+        logprob = float(self.top_logits[i]) - self.raw_lse
+        return Sample.record(token=token, rank=i, u=None, stage_names=(), top_ids=self.top_ids,
+                             top_logits=self.top_logits, probs=self.probs[:1], kept=np.zeros((0, n), dtype=bool),
+                             thresholds=np.zeros(0), kept_counts=np.zeros(0), top_p_cumulative=None,
+                             prob=math.exp(min(logprob, 0.0)), raw_logprob=logprob, entropy=self.entropy,
+                             final_entropy=self.entropy, raw_lse=self.raw_lse)
+
+    @property
+    def is_taken(self) -> bool:
+        """A token a search took (`taking`), not one a sampler drew: nothing to re-sample."""
+        return not self.is_partial and self.u is None and not self.stage_names
 
     def with_raw(self, probs: np.ndarray, raw_logprob: float, entropy: float, raw_lse: float) -> Sample:
         """This record with other numbers for the raw distribution: row 0 of `probs` and the raw scalars."""

@@ -15,13 +15,15 @@ and in the window alike (`read_escapes`).
 
 from __future__ import annotations
 
+import difflib
+import math
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from enum import Enum
 from typing import Any
 
-from app.core.files import read_field
+from app.core.files import read_field, typed
 
 
 class StageOrder(str, Enum):
@@ -29,6 +31,9 @@ class StageOrder(str, Enum):
 
     TEMPERATURE_FIRST = "temperature-first"  # transformers, vLLM, OpenAI
     TEMPERATURE_LAST = "temperature-last"  # llama.cpp, mlx-lm
+
+
+_OFF_NOTES = {"top_k": " (0 = off)"}  # what a field's error adds to its range
 
 
 @dataclass(frozen=True)
@@ -42,18 +47,32 @@ class Field:
     integer: bool
     help: str
     more: bool = False  # one of the "More samplers" (folded in the window)
+    slider_hi: float | None = None  # where the window's slider ends, for a range wider than a slider shows
 
     @property
     def decimals(self) -> int:
         """Decimals a box shows for this field: enough for its step, at least two."""
         return max(2, len(f"{self.step:.10f}".rstrip("0").split(".")[1])) if not self.integer else 0
 
+    @property
+    def span(self) -> str:
+        """The allowed range in words, as the help, the errors and the README give it."""
+        return f"{self.lo:g} or more" if math.isinf(self.hi) else f"from {self.lo:g} to {self.hi:g}"
+
+    def refusal(self, value: Any) -> str:
+        """Why `value` is not allowed ("must be an integer from 0 to 20..., got 30"); "" when it is."""
+        ok_type = isinstance(value, int) if self.integer else isinstance(value, (int, float))
+        if not isinstance(value, bool) and ok_type and self.lo <= value <= self.hi:
+            return ""
+        kind = "an integer" if self.integer else "a number"
+        return f"must be {kind} {self.span}{_OFF_NOTES.get(self.name, '')}, got {value!r}"
+
 
 FIELDS: tuple[Field, ...] = (
     Field("temperature", "Temperature", 0.0, 2.0, 0.8, 0.01, False,
           "Divides the logits: below 1 sharpens the distribution, above 1 flattens it; 0 always takes the top token."),
-    Field("top_k", "Top-k", 0, 200, 0, 1, True,
-          "Keeps only the k most likely tokens; 0 turns it off."),
+    Field("top_k", "Top-k", 0, math.inf, 0, 1, True,
+          "Keeps only the k most likely tokens; 0, or the vocabulary's size or more, turns it off.", slider_hi=200),
     Field("top_p", "Top-p", 0.0, 1.0, 1.0, 0.01, False,
           "Keeps the smallest set of most likely tokens whose probabilities add up to p; 1 turns it off."),
     Field("min_p", "Min-p", 0.0, 1.0, 0.0, 0.01, False,
@@ -125,6 +144,8 @@ ENGINE_CHAINS = {
     "vllm": ("logit_bias", "temperature", "min_p", "top_k", "top_p"),
     "openai": ("logit_bias", "temperature", "top_p"),
 }
+_ORDER_CHOICES = (f"give an engine's order ({', '.join(ENGINE_CHAINS)}), {' or '.join(ORDER_CHAINS)}, or stage "
+                  f"names with commas ({','.join(STAGES)})")  # what an order's error offers
 _WHOLE = {"top_p", "typical_p", "top_n_sigma", "epsilon_cutoff", "eta_cutoff", "xtc", "mirostat"}
 # what turns each stage on (its edge values, documented above)
 _ON: dict[str, Callable[[Any, int], bool]] = {
@@ -276,11 +297,8 @@ class SamplerSettings:
 
 
 def _check_range(f: Field, value: Any) -> None:
-    ok_type = isinstance(value, int) if f.integer else isinstance(value, (int, float))
-    if isinstance(value, bool) or not ok_type or not (f.lo <= value <= f.hi):
-        kind = "an integer" if f.integer else "a number"
-        off = {"top_k": " (0 = off)"}.get(f.name, "")
-        raise SettingsError(f"{f.name} must be {kind} from {f.lo:g} to {f.hi:g}{off}, got {value!r}")
+    if why := f.refusal(value):
+        raise SettingsError(f"{f.name} {why}")
 
 
 def complete_chain(names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
@@ -288,7 +306,7 @@ def complete_chain(names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
     not named, first (where every engine applies it)."""
     unknown = [n for n in names if n not in STAGES]
     if unknown:
-        raise SettingsError(f"unknown stage {unknown[0]!r} in the order: the stages are {', '.join(STAGES)}")
+        raise SettingsError(f"unknown stage {typed(unknown[0])} in the order: the stages are {', '.join(STAGES)}")
     if len(set(names)) != len(names):
         raise SettingsError("a stage is named twice in the order")
     head = () if "logit_bias" in names else ("logit_bias",)
@@ -314,10 +332,17 @@ def parse_order(text: str) -> tuple[StageOrder, tuple[str, ...]]:
     text = text.strip()
     if text in ORDER_CHAINS:
         return StageOrder(text), ()
-    names = ENGINE_CHAINS.get(text.lower()) or [n.strip().replace("-", "_") for n in text.split(",") if n.strip()]
+    given = [n.strip() for n in text.split(",") if n.strip()]
+    names = ENGINE_CHAINS.get(text.lower()) or [n.replace("-", "_") for n in given]
     if not names:
-        raise SettingsError("the order is empty: name stages with commas, or an engine")
+        raise SettingsError(f"the order is empty: {_ORDER_CHOICES}")
+    unknown = [t for t, n in zip(given, names, strict=False) if n not in STAGES]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0].lower(), [*ORDER_CHAINS, *ENGINE_CHAINS, *STAGES], n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise SettingsError(f"unknown stage {typed(unknown[0])} in the order{hint}: {_ORDER_CHOICES}")
     return _normal_chain(complete_chain(list(names)), StageOrder.TEMPERATURE_FIRST)
+
 
 
 def _check_bias(pairs: object) -> tuple[tuple[int, float], ...]:

@@ -30,7 +30,7 @@ class Divergence:
     """The first step where the columns disagree, and each column's token there (None: it had ended, or, while
     not `settled`, has not reached it yet)."""
 
-    step: int
+    step: int  # counted from 0, as every view and the CLI count steps
     tokens: tuple[int | str | None, ...]  # (texts where the columns run on different models: `step_keys`)
     settled: bool = True  # False: a column still running has not reached this step, and may differ sooner
 

@@ -53,7 +53,8 @@ class RunTrace:
         st = self.steps[i]
         s = st.sample
         if s.is_partial or s.u is None:
-            raise ValueError(f"step {i} was reported by a server, not recorded in full: it cannot be re-sampled")
+            how = "taken by a beam search, not drawn" if s.is_taken else "reported by a server, not recorded in full"
+            raise ValueError(f"step {i} was {how}: it cannot be re-sampled")
         return resample(s.top_ids, s.top_logits, settings, s.u, context_ids=self.prompt_ids,
                         generated_ids=self.token_ids[:i], top_n=st.top_n, recorded=None if recorded_only else s)
 

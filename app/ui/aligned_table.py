@@ -1,8 +1,9 @@
 """The side-by-side output: one row per step, one column per run, each cell the token that column drew there.
 
-Filled as steps arrive (only what is new is appended), the first divergence's row shaded and its header marked
-`◆`, a column that had ended there says "(ended)", and a column whose run failed says why in its first cell. It
-draws what the runs recorded and what `side_by_side.first_divergence` found; it decides nothing.
+Rows are named by step, counted from 0 as every view and the CLI count. Filled as steps arrive (only what is new is
+appended), the first divergence's row shaded and its header marked `◆`, a column that had ended there says
+"(ended)", and a column whose run failed says why in its first cell. It draws what the runs recorded and what
+`side_by_side.first_divergence` found; it decides nothing.
 """
 
 from __future__ import annotations
@@ -48,7 +49,10 @@ class AlignedTable(QTableWidget):
         """Show the steps of each column not shown yet."""
         rows = max((len(s) for s in columns), default=0)
         if rows > self.rowCount():
+            old = self.rowCount()
             self.setRowCount(rows)
+            for k in range(old, rows):  # each row named by its step, from 0 as every view and the CLI count
+                self.setVerticalHeaderItem(k, QTableWidgetItem(str(k)))
         for c, steps in enumerate(columns):
             for k in range(self.filled[c], len(steps)):
                 self.setItem(k, c, self._cell(steps[k]))
@@ -57,7 +61,9 @@ class AlignedTable(QTableWidget):
     def show_failure(self, column: int, message: str) -> None:
         """A column whose run failed before its first step: why, in its first cell."""
         if self.filled[column] == 0 and self.item(0, column) is None:
-            self.setRowCount(max(self.rowCount(), 1))
+            if self.rowCount() == 0:
+                self.setRowCount(1)
+                self.setVerticalHeaderItem(0, QTableWidgetItem("0"))
             item = QTableWidgetItem(f"failed: {message}")
             item.setToolTip(message)
             item.setBackground(QBrush(FAILED))
@@ -67,7 +73,7 @@ class AlignedTable(QTableWidget):
     def _cell(st: StepTrace) -> QTableWidgetItem:
         item = QTableWidgetItem(visible(st.text))
         p, kind = st.drawn_prob
-        item.setToolTip(f"step {st.step + 1}: {st.text!r}, p = {format_prob(p) if p is not None else '—'}"
+        item.setToolTip(f"step {st.step}: {st.text!r}, p = {format_prob(p) if p is not None else '—'}"
                         f"{' (model)' if kind == 'model' else ''}")
         return item
 
@@ -80,7 +86,7 @@ class AlignedTable(QTableWidget):
             self._paint_row(divergence.step, MARK, done)
 
     def _paint_row(self, row: int, color: QColor | None, done: Sequence[bool]) -> None:
-        self.setVerticalHeaderItem(row, QTableWidgetItem(f"◆ {row + 1}" if color is not None else str(row + 1)))
+        self.setVerticalHeaderItem(row, QTableWidgetItem(f"◆ {row}" if color is not None else str(row)))
         for c in range(self.columnCount()):
             item = self.item(row, c)
             if item is None and color is not None and c < len(done) and done[c] and self.filled[c] <= row:

@@ -139,7 +139,10 @@ class BranchTree(QWidget):
         self._filling = False
 
     def _tooltip(self, run: Run, parent: Run | None) -> str:
-        lines = [f"{len(run.steps)} tokens" + ("" if run.finished is None else f" · ended: {run.finished.reason}")]
+        """The node's whole label first (the tree cuts a long one at its width), then what the run is."""
+        seed = "" if run.trace is None else f" · seed {run.trace.seed}"
+        lines = [node_label(run, parent), f"{len(run.steps)} tokens{seed}"
+                 + ("" if run.finished is None else f" · ended: {run.finished.reason}")]
         if parent is not None and run.parent is not None:
             k = run.parent[1]
             kind = _prefix(run, parent).split(" @")[0]

@@ -72,6 +72,27 @@ def _show_tip(widget: QWidget, tip: str) -> None:
             QToolTip.showText(QCursor.pos(), tip, widget)
 
 
+def fit_legend(legend: pg.LegendItem, room: float) -> None:
+    """Lay `legend` out in the most columns whose rows fit in `room` px, and make it as large as its grid (pyqtgraph
+    sizes it by a sum that leaves out the grid's spacing, and the grid then stretches the labels past it)."""
+    legend.setColumnCount(_legend_columns(legend, room))
+    size = legend.layout.effectiveSizeHint(Qt.SizeHint.PreferredSize)
+    legend.setGeometry(0, 0, size.width(), size.height())
+
+
+def _legend_columns(legend: pg.LegendItem, room: float) -> int:
+    """As the legend's grid lays entries out: filling rows left to right (column j holds entries j, j+c, …), each
+    column as wide as its widest sample and label, the grid's spacing between every sample, label and column."""
+    grid = legend.layout
+    gap = grid.horizontalSpacing()
+    left, _top, right, _bottom = grid.getContentsMargins()
+    widths = [sample.width() + gap + label.minimumWidth() for sample, label in legend.items]
+    for c in range(len(widths), 1, -1):
+        if sum(max(widths[j::c]) for j in range(c)) + gap * (c - 1) + left + right <= room:
+            return c
+    return 1
+
+
 def _themed(plot: pg.PlotWidget) -> None:
     pal = plot.palette()
     plot.setBackground(pal.color(QPalette.ColorRole.Base))

@@ -22,7 +22,8 @@ SHORT = {"temperature": "T", "top_k": "k", "top_p": "p", "min_p": "min-p"}
 SHORT_LABEL = {"temperature": "temp.", "top_k": "top-k", "top_p": "top-p", "min_p": "min-p"}
 AS_PANEL = "As the panel"
 SEED_PX = 64
-SEED_MAX = min(MAX_SEED, 2**31 - 1)  # (a QSpinBox holds a signed 32-bit number)
+BOX_MAX = 2**31 - 1  # a QSpinBox holds a signed 32-bit number
+SEED_MAX = min(MAX_SEED, BOX_MAX)
 
 
 class ColumnForm(QGroupBox):
@@ -39,7 +40,8 @@ class ColumnForm(QGroupBox):
         for name_ in FORM_FIELDS:
             f = FIELD_BY_NAME[name_]
             box = QSpinBox() if f.integer else QDoubleSpinBox(decimals=f.decimals)
-            box.setRange(int(f.lo) if f.integer else f.lo, int(f.hi) if f.integer else f.hi)
+            hi = min(f.hi, BOX_MAX)  # (top-k has no upper end)
+            box.setRange(int(f.lo) if f.integer else f.lo, int(hi) if f.integer else hi)
             box.setSingleStep(int(f.step) if f.integer else f.step)
             box.setToolTip(f.help)
             self.boxes[name_] = box
@@ -78,9 +80,12 @@ class ColumnForm(QGroupBox):
             values["order"], values["chain"] = parse_order(value)
         return base.with_(**values, seed=self.seed.value())
 
-    def summary(self) -> str:
-        """The form's values in a few characters, for the run's name: `T 0.3 · k 0 · p 1 · min-p 0 · seed 3`."""
-        parts = [f"{SHORT[n]} {b.value():g}" for n, b in self.boxes.items()]
+    def summary(self, seed: bool = True) -> str:
+        """The form's values in a few characters, for the run's name: the temperature, the filters that are on, the
+        seed (unless not `seed`: every column has the same), and the order and model when the column has its own:
+        `T 0.3 · min-p 0.05 · seed 3`."""
+        parts = [f"{SHORT[n]} {b.value():g}" for n, b in self.boxes.items()
+                 if n == "temperature" or b.value() != FIELD_BY_NAME[n].default]
         order, model = self.order.currentData(), self.model.choice()
-        return " · ".join([*parts, f"seed {self.seed.value()}", *([order] if order else []),
+        return " · ".join([*parts, *([f"seed {self.seed.value()}"] if seed else []), *([order] if order else []),
                            *([short_name(model)] if model is not None else [])])

@@ -49,6 +49,7 @@ MAX_RECENT = 10
 PRELOAD_MS = 250
 NARROW = 1100  # px: narrower windows fold the model card away
 SIDE = 240  # px: the right column's width (branch tree, model card) when it unfolds
+STEP_CHART_MIN, TIMELINE_MIN = 140, 90  # px: the charts' least readable heights, which a dock never takes
 
 
 class MainWindow(QMainWindow):
@@ -263,6 +264,8 @@ class MainWindow(QMainWindow):
         head.addWidget(self.uncertain)
         tb.addLayout(head)
         tb.addWidget(self.timeline, 1)
+        self.timeline.setMinimumHeight(TIMELINE_MIN)  # (its ticks overlap below it)
+        self.step_panel.chart.setMinimumHeight(STEP_CHART_MIN)
         self.center = self._splitter(Qt.Orientation.Vertical, "center", self.output, self.step_panel, timeline_box)
         self.center.setSizes([170, 370, 230])  # a small window still gives both charts a readable height
         self.main = self._splitter(Qt.Orientation.Horizontal, "main", self.left, self.center, self._layout_side())

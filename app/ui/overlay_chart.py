@@ -73,7 +73,7 @@ class OverlayChart(ThemedPlot):
         self.setYRange(0, max(float(top), 0.05) * 1.08, padding=0)
         self.setXRange(-0.6, max(k, 5) - 0.4, padding=0)
         which = "sampled from" if o is None or o.distribution == "final" else "the model's"
-        self.setLabel("bottom", f"step {o.step + 1 if o else '—'}: candidates ({which}; drawn: outlined)")
+        self.setLabel("bottom", f"step {o.step if o else '—'}: candidates ({which}; drawn: outlined)")
 
     def _legend(self) -> None:
         self.legend.clear()

@@ -330,7 +330,8 @@ class Playground(QObject):
             return
         j = len(self.steps) - 1 if self.selected is None else self.selected
         same = settings.pipeline() == self.trace.settings.pipeline()
-        if same or self.steps[j].sample.is_partial:  # a server-reported step cannot be re-drawn: show it as it was
+        sample = self.steps[j].sample
+        if same or sample.is_partial or sample.is_taken:  # a server's or a beam's step cannot be re-drawn: as it was
             preview: Preview | None = None
         else:
             from app.core.step_view import make_preview  # numpy's import: not before the window's first paint

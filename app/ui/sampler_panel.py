@@ -1,8 +1,9 @@
 """The sampler panel: one row per setting, built from the core's `FIELDS` table (range, default, help).
 
 Each numeric setting is a slider bound to a number box with a reset button; the boxes' ranges are the allowed
-ranges, so a value that is not allowed cannot be entered. Seed (with new-seed and lock), stop strings and
-the stage order follow: an engine's order picked from a list, or the stages dragged into any order. The rarer
+ranges, so a value that is not allowed cannot be entered (top-k's slider stops at 200; its box takes any k, and a
+larger one, from a preset or a session, is kept as it is). Seed (with new-seed and lock), stop strings and the
+stage order follow: an engine's order picked from a list, or the stages dragged into any order. The rarer
 samplers (typical-p, top-n-sigma, XTC, dynamic temperature, epsilon and eta, logit bias) fold under "More samplers".
 The panel is bound to the `EditingState`: an edit writes its settings there (or says why they are not valid), and
 it shows whatever settings the state holds; a remote model marks what a server may not apply.
@@ -29,6 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core.files import parse_json
 from app.core.models import ModelSpec
 from app.core.server_request import MORE_SERVER_NOTES, SERVER_NOTES
 from app.core.settings import (
@@ -43,7 +45,7 @@ from app.core.settings import (
 from app.ui.editing_state import UI_MAX_SEED, EditingState
 from app.ui.logit_bias_editor import LogitBiasEditor
 from app.ui.presets_box import PresetsBox
-from app.ui.sliders import LabeledDoubleSlider, LabeledSlider
+from app.ui.sliders import LabeledDoubleSlider, LabeledSlider, line_up
 from app.ui.stage_list import StageList
 
 # the order box: an old order or an engine's (`parse_order` reads each value), then "custom" for a dragged one
@@ -57,6 +59,7 @@ ORDER_LABELS = {
     "openai": "OpenAI's",
 }
 CUSTOM = "custom"
+BOX_MAX = 2**31 - 1  # a number box's largest value (Qt's int), for a range with no upper end
 
 
 def _slider(f) -> QWidget:  # noqa: ANN001 - a settings.Field
@@ -65,7 +68,9 @@ def _slider(f) -> QWidget:  # noqa: ANN001 - a settings.Field
         w.setValue(int(f.default))
         return w
     w = LabeledSlider() if f.integer else LabeledDoubleSlider()
-    w.setRange(f.lo, f.hi)
+    w.setRange(f.lo, min(f.hi, BOX_MAX))
+    if f.slider_hi is not None:  # (top-k: the slider stops at 200, the box takes any k)
+        w.setSliderMaximum(f.slider_hi)
     if not f.integer:
         w.setDecimals(f.decimals)
         w.setSingleStep(f.step)
@@ -84,6 +89,23 @@ def _note(text: str) -> QLabel:
     return note
 
 
+def _line_up(grids: tuple[QGridLayout, ...], sliders: list[LabeledSlider]) -> None:
+    """The main rows and the "More samplers" rows in one set of columns: each grid's label, reset and note columns
+    as wide as the widest of either, every slider's box as wide as the widest, so all sliders start and end at one x."""
+    for col in (0, 2, 3):
+        width = max(_column_width(g, col) for g in grids)
+        for g in grids:
+            g.setColumnMinimumWidth(col, width)
+    line_up(sliders)
+
+
+def _column_width(grid: QGridLayout, col: int) -> int:
+    """The widest size hint of the widgets in a column (asked of each widget: not yet shown, its layout item says 0)."""
+    items = (grid.itemAtPosition(row, col) for row in range(grid.rowCount()))
+    return max((item.widget().sizeHint().width() for item in items if item is not None and item.widget() is not None),
+               default=0)
+
+
 class SamplerPanel(QWidget):
     def __init__(self, state: EditingState | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -98,6 +120,7 @@ class SamplerPanel(QWidget):
         for f in FIELDS:
             self._add_row(more if f.more else grid, (more if f.more else grid).rowCount(), f)
         self._add_seed(grid, grid.rowCount())
+        _line_up((grid, more), [e for e in self.editors.values() if isinstance(e, LabeledSlider)])
         box = QVBoxLayout(self)
         box.addLayout(grid)
         box.addWidget(self._more_section(more))
@@ -252,7 +275,7 @@ class SamplerPanel(QWidget):
     def _breakers(self) -> tuple[str, ...]:
         """The DRY breakers box as a JSON list of strings (SettingsError when it is not one)."""
         try:
-            value = json.loads(self.breakers.text() or "[]")
+            value = parse_json(self.breakers.text() or "[]")  # (too deeply nested: a ValueError too)
         except ValueError:
             value = None
         if not isinstance(value, list) or not all(isinstance(b, str) and b for b in value):

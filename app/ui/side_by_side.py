@@ -152,7 +152,8 @@ class SideBySideView(QWidget):
         return True
 
     def _started(self, requests: list[Request], forms: list[ColumnForm]) -> None:
-        group = RunGroup(tuple(GroupColumn(r.id, f"{NAMES[c]}: {f.summary()}", f.model.choice() and r.model)
+        seeds = len({f.seed.value() for f in forms}) > 1  # named where they differ (the tree's tooltip says it)
+        group = RunGroup(tuple(GroupColumn(r.id, f"{NAMES[c]}: {f.summary(seeds)}", f.model.choice() and r.model)
                                for c, (r, f) in enumerate(zip(requests, forms, strict=True))), SIDE_BY_SIDE)
         self.pg.session.groups.append(group)
         for column in group.columns:
@@ -296,7 +297,7 @@ class SideBySideView(QWidget):
     def _status(self, runs: list[Run], failed: list[int]) -> None:
         d = self.divergence
         where = "the columns agree so far" if d is None else (
-            f"first divergence{'' if d.settled else ' so far'} at step {d.step + 1}: "
+            f"first divergence{'' if d.settled else ' so far'} at step {d.step}: "
             + " · ".join(f"{NAMES[c]} {self._token_text(c, d.step)}" for c in range(len(runs)) if c not in failed))
         running = [NAMES[c] for c, r in enumerate(runs) if r.running]
         more = f" — running {', '.join(running)}" if running and self._running else ""

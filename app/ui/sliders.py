@@ -3,13 +3,19 @@ without importing superqt, whose package import cost 0.05–0.16 s of CPU before
 
 `value()` is the value last set, dragged, scrolled or typed (a double slider keeps a set value as given; its box
 shows it rounded to the box's decimals); `valueChanged` fires once per change, whichever part made it. The box
-applies what is typed on Enter or when it loses focus. Nothing else: no vertical layout, no range labels.
+applies what is typed on Enter or when it loses focus. The slider may end before the box's range does
+(`setSliderMaximum`): a value past its end is kept whole, the slider shown at its end. Nothing else: no vertical
+layout, no range labels.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QAbstractSpinBox, QDoubleSpinBox, QHBoxLayout, QSlider, QSpinBox, QWidget
+
+FIT_MAX = 999_999  # a box is made wide enough for values up to this; a longer one scrolls in it
 
 
 class LabeledSlider(QWidget):
@@ -33,6 +39,7 @@ class LabeledSlider(QWidget):
         row.addWidget(self.slider, 1)
         row.addWidget(self.box)
         self.setFocusProxy(self.slider)
+        self._slider_top: float | None = None  # where the slider ends, when before the box's maximum
         self._value = self.box.value()
         self.slider.valueChanged.connect(lambda position: self.setValue(position / self._scale()))
         self.box.valueChanged.connect(self.setValue)
@@ -76,10 +83,21 @@ class LabeledSlider(QWidget):
 
     def setRange(self, lo: float, hi: float) -> None:  # noqa: N802 - Qt's name
         self.box.setRange(self._cast(lo), self._cast(hi))
-        self.slider.setRange(round(self.box.minimum() * self._scale()), round(self.box.maximum() * self._scale()))
+        self._place_slider()
         self._fit_box()
         self._value = min(max(self._value, self.minimum()), self.maximum())
         self._show(self._value)
+
+    def setSliderMaximum(self, hi: float) -> None:  # noqa: N802 - Qt's style
+        """End the slider at `hi`, before the box's maximum: the box still takes every value of the range (one past
+        `hi` is kept as it is, the slider at its end), the slider drags over the common part."""
+        self._slider_top = hi
+        self._place_slider()
+        self._show(self._value)
+
+    def _place_slider(self) -> None:
+        top = self.box.maximum() if self._slider_top is None else min(self._cast(self._slider_top), self.box.maximum())
+        self.slider.setRange(round(self.box.minimum() * self._scale()), round(top * self._scale()))
 
     def singleStep(self) -> int | float:  # noqa: N802 - Qt's name
         return self.box.singleStep()
@@ -92,7 +110,7 @@ class LabeledSlider(QWidget):
     def _fit_box(self) -> None:
         """As wide as its widest value (the range's ends), so the sliders of a column line up."""
         fm = self.box.fontMetrics()
-        texts = (self.box.textFromValue(self.box.minimum()), self.box.textFromValue(self.box.maximum()))
+        texts = (self.box.textFromValue(self.box.minimum()), self.box.textFromValue(min(self.box.maximum(), FIT_MAX)))
         self.box.setFixedWidth(max(fm.horizontalAdvance(t + " ") for t in texts) + 6)
 
 
@@ -120,3 +138,11 @@ class LabeledDoubleSlider(LabeledSlider):
         self.box.setDecimals(decimals)
         self.setRange(lo, hi)
         self.setSingleStep(step)
+
+
+def line_up(sliders: Sequence[LabeledSlider]) -> None:
+    """Every slider's box as wide as the widest of them: sliders in one column (of one grid or of two) then end at
+    one x, whatever their ranges."""
+    width = max((s.box.minimumWidth() for s in sliders), default=0)
+    for s in sliders:
+        s.box.setFixedWidth(width)

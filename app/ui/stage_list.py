@@ -31,20 +31,21 @@ class StageList(QListWidget):
         return tuple(self.item(i).data(NAME) for i in range(self.count()))
 
     def show_order(self, names: tuple[str, ...], on: tuple[str, ...]) -> None:
-        """Show `names` in order, those in `on` as running, the rest greyed."""
-        if self.order() == names and self._on() == set(on):
-            return
-        self.blockSignals(True)
-        self.clear()
+        """Show `names` in order, numbered from the top, those in `on` as running, the rest greyed. After a drag the
+        rows are already in this order: they are renumbered in place (the dragged row stays selected)."""
+        if self.order() != names:
+            self.blockSignals(True)
+            self.clear()
+            for name in names:
+                item = QListWidgetItem()
+                item.setData(NAME, name)
+                self.addItem(item)
+            self.blockSignals(False)
         grey = self.palette().color(QPalette.ColorGroup.Disabled, QPalette.ColorRole.Text)
         for i, name in enumerate(names):
-            item = QListWidgetItem(f"{i + 1}. {LABELS.get(name, name)}" + ("" if name in on else "  (off)"))
-            item.setData(NAME, name)
-            if name not in on:
-                item.setForeground(grey)
-            self.addItem(item)
-        self.blockSignals(False)
+            item = self.item(i)
+            text = f"{i + 1}. {LABELS.get(name, name)}" + ("" if name in on else "  (off)")
+            if item.text() != text:
+                item.setText(text)
+                item.setData(Qt.ItemDataRole.ForegroundRole, None if name in on else grey)
         self.setFixedHeight(self.sizeHintForRow(0) * min(len(names), 12) + 2 * self.frameWidth() + 2)
-
-    def _on(self) -> set[str]:
-        return {self.item(i).data(NAME) for i in range(self.count()) if not self.item(i).text().endswith("(off)")}

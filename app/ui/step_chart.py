@@ -19,7 +19,7 @@ from PySide6.QtWidgets import QWidget
 
 from app.core.step_view import DrawnOutside, drawn_outside
 from app.core.trace import Sample
-from app.ui.charts import CUT, DRAWN, FINAL, RAW, STAGES, ThemedPlot, _faded, _show_tip, finite, stage_style
+from app.ui.charts import CUT, DRAWN, FINAL, RAW, STAGES, ThemedPlot, _faded, _show_tip, finite, fit_legend, stage_style
 from app.ui.formatting import EMPTY, format_prob, visible
 from app.ui.step_scale import Scale
 
@@ -172,6 +172,7 @@ class StepChart(ThemedPlot):
         """A legend in a row of its own above the plot (the title's row), in as many columns as fit."""
         self.legend = pg.LegendItem(labelTextSize=f"{small.pointSizeF():.1f}pt", horSpacing=12, verSpacing=-4)
         self.legend.setParentItem(pi)
+        self.legend.layout.setContentsMargins(9, 3, 9, 0)  # about as tall as its rows: the plot keeps its height
         self.legend.anchor(itemPos=(0, 0), parentPos=(0, 0), offset=(LEFT_AXIS_PX, 0))
         pi.titleLabel.setVisible(False)
 
@@ -207,7 +208,8 @@ class StepChart(ThemedPlot):
         self.scale.fit([s.probs[:, :n], s.thresholds[[i for i, name in enumerate(s.stage_names)
                                                       if name in self.stage_lines]]])
         pens = [PEN[bool(d)] for d in s.top_ids[:n] == s.token]
-        self._set_legend(self._show_reported(s, x, pens) if s.is_partial else self._show_stages(s, x, pens))
+        show = self._show_reported if s.is_partial else self._show_taken if s.is_taken else self._show_stages
+        self._set_legend(show(s, x, pens))
         self._show_outside()
         self._set_ticks(texts[:n])
         self._set_axis()
@@ -296,6 +298,13 @@ class StepChart(ThemedPlot):
         self._hide_stages(f"stages not observed: the server reported its top {s.top_n} of {which}")
         return [(bars, "sampled from" if s.reported == "final" else "model (raw)")]
 
+    def _show_taken(self, s: Sample, x: np.ndarray, pens: list) -> list[tuple[object, str]]:
+        """A step a beam search took: the model's distribution, the token taken outlined; no stage ran, no draw."""
+        self._bars(self.raw, x, s.probs[0, : len(x)], width=0.6, brushes=None, pens=pens)
+        self.final.setOpts(x=[], height=[])
+        self._hide_stages("the beam search took the outlined token")
+        return [(self.raw, "model (raw)")]
+
     def _show_outside(self) -> None:
         """The drawn token after a gap when it is not among the candidates drawn: its raw and final bars, outlined."""
         o = self.outside
@@ -303,7 +312,8 @@ class StepChart(ThemedPlot):
             self.outside_bars.setOpts(x=[], height=[])
             return
         x = float(self.n + 1)
-        known = [(x - 0.2, o.raw, RAW), (x + 0.2, o.final, FINAL)]
+        taken = self.shown is not None and self.shown[0].is_taken  # (one distribution: the model's)
+        known = [(x, o.raw, RAW)] if taken else [(x - 0.2, o.raw, RAW), (x + 0.2, o.final, FINAL)]
         known = [(at, p, c) for at, p, c in known if p is not None]
         self._bars(self.outside_bars, np.array([at for at, _, _ in known]), np.array([p for _, p, _ in known]),
                    width=0.38, brushes=[pg.mkBrush(c) for *_, c in known], pens=[PEN[True]] * len(known))
@@ -347,22 +357,31 @@ class StepChart(ThemedPlot):
         if not 0 <= i < self.n:
             return ""
         s, texts = self.shown
+        drawn = " · <b>taken by the beam</b>" if s.is_taken else " · <b>drawn</b>"
         rows = [f"<code>{html.escape(visible(texts[i]))}</code> · rank {i} by the model"
-                + (" · <b>drawn</b>" if int(s.top_ids[i]) == s.token else ""),
-                f"model (raw) {_p(s.raw_probs, i)} → sampled from {_p(s.final_probs, i)}" if not s.is_partial else
-                f"{'sampled from' if s.reported == 'final' else 'model (raw)'} {_p(s.probs[0], i)}, as the server "
-                "reported it"]
+                + (drawn if int(s.top_ids[i]) == s.token else ""), self._probs_tip(s, i)]
         if (stage := s.cut_by(i)) is not None:
             rows.append(f"<b>cut by {stage_style(stage).label}</b>: {_why(s, stage)}")
         return "<br>".join(rows)
+
+    @staticmethod
+    def _probs_tip(s: Sample, i: int) -> str:
+        if s.is_partial:
+            which = "sampled from" if s.reported == "final" else "model (raw)"
+            return f"{which} {_p(s.probs[0], i)}, as the server reported it"
+        if s.is_taken:
+            return f"model (raw) {_p(s.raw_probs, i)}"
+        return f"model (raw) {_p(s.raw_probs, i)} → sampled from {_p(s.final_probs, i)}"
 
     def _outside_tip(self) -> str:
         o = self.outside
         rank = "" if o.rank is None else f" · rank {o.rank} by the model"
         raw = "not reported" if o.raw is None else format_prob(o.raw)
         final = "not reported" if o.final is None else format_prob(o.final)
-        return (f"<code>{html.escape(visible(self.drawn_text))}</code>{rank} · <b>drawn</b>, outside the "
-                f"{self.n} candidates drawn<br>model (raw) {raw} → sampled from {final}")
+        taken = self.shown is not None and self.shown[0].is_taken
+        return (f"<code>{html.escape(visible(self.drawn_text))}</code>{rank} · <b>"
+                f"{'taken by the beam' if taken else 'drawn'}</b>, outside the {self.n} candidates drawn<br>"
+                f"model (raw) {raw}" + ("" if taken else f" → sampled from {final}"))
 
     def _set_legend(self, entries: list[tuple[object, str]]) -> None:
         """Name only what is drawn: entries are rebuilt when the items drawn change, relabelled in place when
@@ -385,12 +404,7 @@ class StepChart(ThemedPlot):
             self.legend.setVisible(False)
             self.getPlotItem().layout.setRowFixedHeight(0, 4)
             return
-        widths = [sample.boundingRect().width() + label.item.boundingRect().width() + 18 for sample, label in items]
-        room = self.width() - LEFT_AXIS_PX - 20
-        fits = [c for c in range(len(widths), 0, -1)  # entries fill rows left to right: column j holds j, j+c, …
-                if sum(max(widths[j::c]) for j in range(c)) <= room]
-        self.legend.setColumnCount(fits[0] if fits else 1)
-        self.legend.updateSize()
+        fit_legend(self.legend, self.width() - LEFT_AXIS_PX - 20)
         # a chart too small for its legend (a 900x600 window with the branch tree open) keeps its bars: the
         # legend folds into the chart's tooltip instead of taking the plot's height
         folded = self.legend.boundingRect().height() > LEGEND_SHARE * self.height()

@@ -122,6 +122,11 @@ class StepPanel(QWidget):
         drew = f"<b>Step {trace.step}</b> — drew <code>{_visible(trace.text)}</code>"
         p, kind = trace.drawn_prob
         rank = "" if s.rank is None else f", rank {s.rank}"
+        if s.is_taken:  # a beam run's step: the token the beam took, with its probability under the model
+            self.strip.setText("beam search: the model's distribution, no sampler stage ran")
+            self.title.setText(f"<b>Step {trace.step}</b> — the beam took <code>{_visible(trace.text)}</code> "
+                               f"with p under the model = {format_prob(p)}{rank}")
+            return
         if kind == "model":  # a server's record: the model's probability; the server's sampling not observed
             self.title.setText(f"{drew} with p under the model = {format_prob(p)}{rank} "
                                "<span style='color:gray'>(the server's sampling not observed)</span>")

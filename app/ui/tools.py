@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from app.ui.playground import Playground
 
 
+FLOATING_WIDTH = 900  # px: a dock floated because the window is too short for it is at most this wide
+
+
 @dataclass(frozen=True)
 class Tool:
     name: str  # its key in `MainWindow.tools`
@@ -74,8 +77,13 @@ class ToolAction(QAction):
         return self.view
 
     def _place(self, view: QWidget) -> None:
+        """A dock goes under the charts where the window has room for it beside their least heights; else (and for
+        a tool with its own size) it floats, its own window, docked again if dragged in."""
         if isinstance(view, QDockWidget):
             self.main.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, view)
-            if self.tool.size:
+            room = self.main.height() - self.main.centralWidget().minimumSizeHint().height()
+            size = self.tool.size or (None if room >= view.minimumSizeHint().height()
+                                      else (min(self.main.width(), FLOATING_WIDTH), view.sizeHint().height()))
+            if size:
                 view.setFloating(True)
-                view.resize(*self.tool.size)
+                view.resize(*size)

@@ -217,7 +217,7 @@ def test_the_cli_names_the_damaged_file_in_one_line(gguf_dir: Path, tmp_path: Pa
     r = subprocess.run([sys.executable, "-m", "app", "generate", "--model", str(bad), "--backend", "torch",
                         "--prompt", "x"], capture_output=True, text=True, timeout=180, env=ENV)
     assert r.returncode == 1 and r.stdout == "" and "Traceback" not in r.stderr
-    assert r.stderr.splitlines()[-1].startswith("logitlab: error: model.gguf is truncated: its tensors need")
+    assert r.stderr.splitlines()[-1].startswith("logitlab generate: error: model.gguf is truncated: its tensors need")
 
 
 # -- headers written byte by byte: every malformed one is one line naming the file and what is wrong ----------
@@ -341,7 +341,7 @@ def test_a_listing_names_each_bad_file_and_lists_the_rest(gguf_dir: Path, tiny_p
         assert entries[name].model_type == "?" and entries[name].backends == () and says in entries[name].problem
     assert models_main(["--cache-dir", str(tmp_path / "empty"), "--folder", str(folder)]) == 0
     out, err = capsys.readouterr()
-    assert [line.split()[0] for line in out.splitlines()[2:]] == [str(folder / n) for n in (
+    assert [line.split()[0] for line in out.splitlines()[3:]] == [str(folder / n) for n in (
         "aligned-0.gguf", "deep.gguf", "gone.gguf", "tiny.gguf", "typed")]
     assert err.splitlines() == [f"logitlab models: {entries[n].source} cannot be loaded: {entries[n].problem}"
                                 for n in ("aligned-0.gguf", "deep.gguf", "gone.gguf", "typed")]
@@ -465,9 +465,9 @@ def test_logitlab_models_lists_the_folders_it_is_given(gguf_dir: Path, tmp_path:
     assert models_main(["--cache-dir", str(tmp_path / "empty"), "--folder", str(gguf_dir)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["model", "size", "type", "backends", "quantization"]
-    assert lines[1].split()[0] == "builtin"  # the built-in model first, as the picker lists it
-    assert [line.split()[0] for line in lines[2:]] == [str(gguf_dir / n) for n in ("tiny-f32.gguf", "tiny-q8_0.gguf")]
-    assert lines[2].split()[3:] == ["llama", "torch", "GGUF", "F32"]
+    assert [x.split()[0] for x in lines[1:3]] == ["builtin", "builtin-draft"]  # the shipped models first
+    assert [line.split()[0] for line in lines[3:]] == [str(gguf_dir / n) for n in ("tiny-f32.gguf", "tiny-q8_0.gguf")]
+    assert lines[3].split()[3:] == ["llama", "torch", "GGUF", "F32"]
     assert models_main(["--cache-dir", str(tmp_path / "empty"), "--folder", str(tmp_path / "nope")]) == 2
     assert capsys.readouterr().err.strip() == f"logitlab models: error: no folder {tmp_path / 'nope'}"
 

@@ -1,7 +1,7 @@
 """`logitlab sweep` runs the cells of one prompt together, batches of whole cells up to a number of samples, and
 prints what it prints one cell at a time (in process, on the real model thread and tiny models): the same
-samples and counts; the same figures to float32's last digits (a CPU's matrix products, torch's or MLX's, may round by batch size:
-BLAS picks its kernel by the number of rows)."""
+samples and counts; the same figures to float32's last digits (a CPU's matrix products, torch's or MLX's, may
+round by batch size: BLAS picks its kernel by the number of rows)."""
 
 from __future__ import annotations
 

@@ -8,13 +8,33 @@ import threading
 import pytest
 
 from app.core import models
-from app.core.models import BUILTIN_LABEL, BUILTIN_PATH, Cancelled, ModelSpec, _progress_tqdm, model_label, resolve
+from app.core.models import (
+    BUILTIN_DRAFT_PATH,
+    BUILTIN_LABEL,
+    BUILTIN_PATH,
+    Cancelled,
+    ModelSpec,
+    _progress_tqdm,
+    check_source,
+    model_label,
+    resolve,
+)
 from backends.base import ModelLoadError
 
 
 def test_builtin_and_folders_resolve_locally(tmp_path):
     assert resolve("builtin") == BUILTIN_PATH == resolve("")
     assert resolve(str(tmp_path)) == tmp_path.resolve()
+
+
+def test_the_built_in_draft_is_a_name_the_one_resolver_reads(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "builtin-draft").mkdir()  # a folder of that name here: the name still means the shipped draft
+    assert resolve("builtin-draft") == BUILTIN_DRAFT_PATH
+    check_source("builtin-draft")
+    check_source("owner/name")  # a hub id passes the check (no network: `resolve` finds it or not)
+    with pytest.raises(ModelLoadError, match="no model folder at 'builtin-draftt'"):
+        check_source("builtin-draftt")
 
 
 @pytest.mark.parametrize(("source", "message"), [("./no/such/dir", "no model folder at './no/such/dir'"),

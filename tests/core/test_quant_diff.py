@@ -153,8 +153,19 @@ def test_too_long_a_text_for_the_kept_log_probabilities_is_refused():
 def test_stop_before_a_chunk_ends_the_diff_without_loading_b(torch_f32):
     cancel = threading.Event()
     cancel.set()
-    events = diff_of(torch_f32, ModelSpec("/nonexistent/variant", "torch"), cancel=cancel)
-    assert isinstance(events[-1], Diffed) and events[-1].diff is None  # B's folder was never looked for
+    events = diff_of(torch_f32, ModelSpec("builtin", "torch", F32), cancel=cancel)
+    assert isinstance(events[-1], Diffed) and events[-1].diff is None
+    assert not any(isinstance(e, DiffProgress) and e.message.startswith("Loading B") for e in events)
+
+
+def test_a_b_that_cannot_be_found_fails_before_a_is_scored(torch_f32):
+    request = DiffRequest(model=ModelSpec("builtin", "torch"), model_b=ModelSpec("/nonexistent/variant", "torch"),
+                          prompt=TEXT)
+    said = []
+    with pytest.raises(ModelLoadError, match="no model folder at '/nonexistent/variant'"):
+        for ev in run_diff(torch_f32, request, threading.Event(), free_a=lambda: None):
+            said.append(ev)
+    assert said == []  # not even "Scoring … with A"
 
 
 def test_b_too_big_to_fit_beside_a_loads_after_a_is_freed(torch_f32, monkeypatch):

@@ -13,14 +13,13 @@ import pytest
 
 from app.core.catalog import ModelEntry
 from app.core.drafts import (
-    BUILTIN_DRAFT_LABEL,
     BUILTIN_DRAFT_PATH,
     draft_candidates,
     offered_drafts,
     tokenizer_digest,
 )
 from app.core.events import Request
-from app.core.models import BUILTIN_PATH
+from app.core.models import BUILTIN_DRAFT_LABEL, BUILTIN_PATH
 from app.core.settings import SamplerSettings, SettingsError
 from app.core.spec_record import DraftToken, SpecRound, SpecStats
 from app.core.speculative import check_settings, draw, final_probs, u_for, verify

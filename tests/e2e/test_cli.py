@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import stat
@@ -59,8 +60,8 @@ def test_same_seed_same_text_from_text_mode_and_stdin(tiny_path: Path):
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--model", "/no/such/folder"], "no model folder at '/no/such/folder'"),
-    (["--temperature", "9"], "temperature must be a number from 0 to 2"),
-    (["--top-p", "-1"], "top_p must be"),
+    (["--temperature", "9"], "argument --temperature: must be a number from 0 to 2"),
+    (["--top-p", "-1"], "argument --top-p: must be"),
     (["--backend", "tpu"], "invalid choice"),
     (["--model", "nobody-here/not-a-model"], "nobody-here/not-a-model"),
 ])
@@ -212,7 +213,7 @@ def test_models_lists_the_builtin_model_first_as_the_picker_does(tmp_path: Path)
     assert builtin.split()[:2] == ["builtin", "11"] and builtin.split()[3:5] == ["llama", "mlx,torch"]
     assert "No models in the Hugging Face cache yet" in rest[-1]
     listed = json.loads(logitlab("models", "--cache-dir", str(tmp_path / "empty-cache"), "--json", env=env).stdout)
-    assert [e["source"] for e in listed] == ["builtin"] and listed[0]["size_bytes"] > 5_000_000
+    assert [e["source"] for e in listed] == ["builtin", "builtin-draft"] and listed[0]["size_bytes"] > 5_000_000
 
 
 def test_help_names_every_command_and_explains_every_flag():
@@ -275,18 +276,12 @@ def test_a_sampler_flag_has_one_range_in_its_help_its_error_and_the_window(capsy
     f = FIELD_BY_NAME[field]
     flag = "--" + f.name.replace("_", "-")
     helped = next(a.help for a in generate_parser()._actions if flag in a.option_strings)
-    assert f"[{f.lo:g}..{f.hi:g}, default {f.default:g}]" in helped
-    over = f.hi + (1 if f.integer else 0.5)
-    bad = [str(int(over)) if f.integer else str(over), str(int(f.lo) - 1)] + ([] if f.integer else ["nan", "inf"])
+    assert f"[{f.span}, default {f.default:g}]" in helped
+    over = [] if math.isinf(f.hi) else [str(int(f.hi) + 1) if f.integer else str(f.hi + 0.5)]
+    bad = [*over, str(int(f.lo) - 1)] + ([] if f.integer else ["nan", "inf"])
     for value in bad:
         code, _, err = run_main(capsys, "generate", "--prompt", "x", flag, value)
-        assert code == 2 and f"from {f.lo:g} to {f.hi:g}" in one_error_line(err), (value, err)
-
-
-def test_top_k_500_is_refused_as_the_help_says(capsys):
-    code, _, err = run_main(capsys, "generate", "--prompt", "x", "--top-k", "500")
-    line = one_error_line(err)
-    assert code == 2 and line == "logitlab: error: top_k must be an integer from 0 to 200 (0 = off), got 500"
+        assert code == 2 and f"argument {flag}: must be" in one_error_line(err) and f.span in err[0], (value, err)
 
 
 @pytest.mark.parametrize(("argv", "says"), [
@@ -326,7 +321,8 @@ def test_a_base_url_no_server_can_have_is_one_line_without_its_password(capsys, 
 
 def test_bench_past_the_models_context_is_one_line(capsys):
     code, _, err = run_main(capsys, "bench", "--prompt-tokens", "1000", "--tokens", "100")  # auto: the installed one
-    assert code == 2 and "do not fit the model's context of 1,024 tokens" in one_error_line(err)
+    errors = [x for x in err if not x.startswith(("Finding ", "Loading "))]  # (what it loaded, as it loads)
+    assert code == 2 and "do not fit the model's context of 1,024 tokens" in one_error_line(errors)
 
 
 def test_stop_reads_backslash_escapes_as_the_window_does(capsys):
@@ -405,7 +401,7 @@ def test_an_unexpected_load_error_is_one_line_and_its_traceback_is_there_on_requ
     code, _, err = run_main(capsys, "generate", "--backend", "mlx", "--model", gpt2, "--prompt", "x")
     errors = [x for x in err if x.startswith("logitlab") or "Traceback" in x]
     assert code == 1 and len(errors) == 1 and not any(x.startswith(" ") for x in err), err
-    assert errors[0].startswith(f"logitlab: error: loading {gpt2} with mlx failed: ")
+    assert errors[0].startswith(f"logitlab generate: error: loading {gpt2} with mlx failed: ")
     assert errors[0].endswith("(LOGITLAB_DEBUG=1 prints the traceback)")
     code, _, err = run_main(capsys, "bench", "--backend", "mlx", "--model", gpt2)
     assert code == 1 and one_error_line([x for x in err if x.startswith("logitlab")]).startswith(

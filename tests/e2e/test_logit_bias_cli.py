@@ -52,8 +52,8 @@ def test_a_text_of_several_tokens_is_one_line_and_exit_2(capsys, tokenizer):
     pieces = ", ".join(repr(tokenizer.token_text(i)) for i in ids)
     code, out, err = run_main(capsys, *RUN, "--logit-bias", '" hello"=-5')
     assert code == 2 and out == "" and len(ids) > 1
-    assert one_error_line(err) == (f"logitlab: error: logit bias: ' hello' is {len(ids)} tokens here ({pieces}); "
-                                   "give one token or its id")
+    assert one_error_line(err) == (f"logitlab generate: error: logit bias: ' hello' is {len(ids)} tokens here "
+                                   f"({pieces}); give one token or its id")
 
 
 def test_an_id_past_the_vocabulary_is_one_line_and_exit_2(capsys, tokenizer):

@@ -31,8 +31,8 @@ def test_the_json_records_each_stage_in_the_order_asked_for(tiny_path: Path):
     (["--logit-bias", "5"], "argument --logit-bias: expected TOKEN=VALUE"),
     (["--logit-bias", "5=200"], "argument --logit-bias: expected TOKEN=VALUE (a token's text or id, a value from -100 "
                                 "to 100)"),
-    (["--typical-p", "2"], "typical_p must be a number from 0 to 1"),
-    (["--mirostat-tau", "-1"], "mirostat_tau must be a number from 0 to 10"),
+    (["--typical-p", "2"], "argument --typical-p: must be a number from 0 to 1"),
+    (["--mirostat-tau", "-1"], "argument --mirostat-tau: must be a number from 0 to 10"),
 ])
 def test_a_bad_order_or_bias_is_one_line_and_exit_2(capsys, argv: list[str], says: str):
     code, out, err = run_main(capsys, "generate", "--prompt", "x", *argv)

@@ -3,10 +3,14 @@ hypotheses, stops on request, and opens a hypothesis as a run of the session tha
 
 from __future__ import annotations
 
+import math
+
+import pytest
+
 from app.core.beam import BeamSettings
 from app.core.trace import RunTrace
 from app.ui.beam_tree import FILL
-from app.ui.formatting import format_logprob, visible
+from app.ui.formatting import format_logprob, format_prob, visible
 from tests.ui.conftest import RUN_TIMEOUT
 
 
@@ -89,6 +93,29 @@ def test_a_hypothesis_opens_as_a_run_and_forks_like_any_other(qtbot, window, tmp
     qtbot.waitUntil(lambda: not pg.busy, timeout=RUN_TIMEOUT)
     (fork,) = pg.session.children(run_id)
     assert fork.parent == (run_id, 1) and fork.trace.token_ids[:2] == [run.steps[0].token_id, runner_up]
+
+
+def test_an_opened_hypothesis_shows_the_tokens_the_beam_took_with_their_model_probabilities(qtbot, window) -> None:
+    """A beam run is its own kind of run: no sampler stage ran, so no step reads "cut by greedy" or p = 0; each
+    shows the token the beam took and its probability under the model, which sum to the beam's recorded log p."""
+    view = open_dock(window)
+    window.prompt.field().setPlainText("Hello")
+    done = run_search(qtbot, view, width=3, max_tokens=6)
+    pg = window.playground
+    rank = next(r for r, steps in enumerate(done.runs) if any(st.sample.rank for st in steps))  # off the greedy path
+    with qtbot.waitSignal(view.opened, timeout=RUN_TIMEOUT):
+        assert view.open(rank)
+    qtbot.waitUntil(lambda: not pg.busy, timeout=RUN_TIMEOUT)
+    run, h = pg.shown, done.result.hypotheses[rank]
+    panel, chart = window.step_panel, window.step_panel.chart.chart
+    for k, st in enumerate(run.steps):
+        pg.select_step(k)
+        assert not any("cut by" in name for _, name in chart._legend)
+        assert panel.title.text().startswith(f"<b>Step {k}</b> — the beam took")
+        assert format_prob(st.raw_prob) in panel.title.text() and st.prob == pytest.approx(st.raw_prob, rel=1e-6)
+    assert window.timeline.chart.prob.getData()[1].min() > 0  # p(drawn): the model's, never a cut's 0
+    assert run.trace.token_ids == list(h.tokens) and all(st.sample.is_taken for st in run.steps)
+    assert math.fsum(math.log(st.prob) for st in run.steps) == pytest.approx(h.logprob, rel=1e-4, abs=1e-4)
 
 
 def test_it_waits_for_a_run_in_progress(qtbot, window) -> None:

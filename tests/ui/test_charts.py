@@ -327,6 +327,21 @@ def test_a_window_widened_from_900_px_gives_the_room_to_the_charts_and_the_side_
     assert window.main.sizes()[0] == left  # the prompt column kept its width: the charts took the rest
 
 
+@pytest.mark.parametrize("size", [(900, 600), (1600, 1000)])
+def test_a_dock_never_squashes_the_charts_below_a_readable_height(qtbot, window, size):
+    """At 900x600 the speculative dock once left the timeline ~50 px with its ticks on top of each other: a dock
+    goes under the charts only where there is room for both (else it floats), and the window keeps its size."""
+    window.resize(*size)
+    qtbot.wait(50)
+    window.tools["speculative"].trigger()
+    dock = window.tools["speculative"].view
+    qtbot.wait(50)
+    assert (window.width(), window.height()) == size
+    assert window.timeline.height() >= 90 and window.step_panel.chart.height() >= 140
+    assert dock.isFloating() == (size == (900, 600))  # docked in a large window
+    assert dock.height() >= dock.minimumSizeHint().height()
+
+
 def test_greedy_names_its_cut_once_and_draws_no_line_that_cuts_nothing(chart):
     s, texts = record(SamplerSettings(temperature=0.0, top_k=12))  # after greedy, top-k's k-th probability is 0
     chart.show_sample(s, texts)

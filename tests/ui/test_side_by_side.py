@@ -107,14 +107,14 @@ def test_two_temperatures_stream_together_and_their_divergence_is_marked(qtbot, 
     assert window.playground.session.get(a.id) is a and a.name.startswith("A: T 0")  # runs of the session
     assert view.table.rowCount() == max(len(a.steps), len(b.steps)) and view.table.filled == [len(a.steps),
                                                                                              len(b.steps)]
-    assert [view.table.item(k, 0).toolTip().startswith(f"step {k + 1}:") for k in range(len(a.steps))] == [True] * len(
+    assert [view.table.item(k, 0).toolTip().startswith(f"step {k}:") for k in range(len(a.steps))] == [True] * len(
         a.steps)
     want = first_divergence([a.trace.token_ids, b.trace.token_ids])
     assert want is not None and view.divergence == want  # the core's, on the runs' tokens
     k = want.step
-    assert view.table.verticalHeaderItem(k).text() == f"◆ {k + 1}"
+    assert view.table.verticalHeaderItem(k).text() == f"◆ {k}"
     assert view.table.item(k, 0).background().color().alpha() == 70
-    assert f"first divergence at step {k + 1}" in view.status.text()
+    assert f"first divergence at step {k}" in view.status.text()
     assert a.trace.token_ids[:k] == b.trace.token_ids[:k] and view.shown_step() == k  # the chart starts there
     assert [view.table.horizontalHeaderItem(c).text() for c in range(2)] == ["A", "B"]  # one model: no names
 
@@ -149,12 +149,41 @@ def test_the_overlaid_chart_draws_each_column_s_record_at_the_cursor(qtbot, wind
         np.testing.assert_allclose(o.probs[0], o.probs[1], rtol=1e-5)
 
 
+def test_a_column_s_run_is_named_by_what_it_changes_and_the_tree_tooltip_holds_the_whole_name(qtbot, window):
+    window.resize(1600, 1000)
+    view = opened(window, max_tokens=4)
+    view.forms[1].boxes["min_p"].setValue(0.05)
+    ran(qtbot, window, view)
+    a, b = view.runs()
+    assert (a.name, b.name) == ("A: T 0.9", "B: T 0.9 · min-p 0.05")  # no "k 0 · p 1", nor the seed they share
+    qtbot.waitUntil(lambda: window.branches.item_of(b.id) is not None)
+    item = window.branches.item_of(b.id)
+    assert item.text(0) == b.name and item.toolTip(0).splitlines()[0] == b.name
+    assert f"seed {b.trace.seed}" in item.toolTip(0).splitlines()[1]
+    tree = window.branches.tree
+    assert tree.fontMetrics().horizontalAdvance(b.name) <= tree.visualItemRect(item).width()  # not cut at 1600 px
+
+
 def test_a_cell_opens_its_run_in_the_window_at_that_step(qtbot, window):
     view = opened(window, max_tokens=6)
     ran(qtbot, window, view)
     b = view.runs()[1]
     view.open_cell(3, 1)
     assert window.playground.shown is b and window.playground.selected == 3
+
+
+def test_steps_are_counted_from_0_as_the_window_counts_them(qtbot, window):
+    """A row's name, a cell's tooltip, the chart's step and the step a double-click opens are one number, from 0."""
+    view = opened(window, max_tokens=6)
+    ran(qtbot, window, view)
+    b = view.runs()[1]
+    rows = [view.table.verticalHeaderItem(k).text().removeprefix("◆ ") for k in range(view.table.rowCount())]
+    assert rows == [str(k) for k in range(len(b.steps))]
+    view.table.setCurrentCell(1, 1)
+    assert view.table.item(1, 1).toolTip().startswith("step 1:") and view.charts.chart_of(1).drawn.step == 1
+    assert view.charts.chart_of(1).getAxis("bottom").labelText.startswith("step 1:")
+    view.open_cell(1, 1)
+    assert window.playground.selected == 1 and window.step_panel.title.text().startswith("<b>Step 1</b>")
 
 
 def test_a_column_s_stage_order_runs_and_a_second_start_is_refused(qtbot, window):
@@ -188,7 +217,7 @@ def test_saving_and_reopening_brings_the_columns_back(qtbot, window, tmp_path: P
     assert view.forms[1].boxes["temperature"].value() == 1.6 and view.count.value() == 2
     assert view.forms[0].order.currentData() == "mlx-lm"  # each column's own settings, to run again
     if divergence is not None:
-        assert view.table.verticalHeaderItem(divergence.step).text() == f"◆ {divergence.step + 1}"
+        assert view.table.verticalHeaderItem(divergence.step).text() == f"◆ {divergence.step}"
     view.table.setCurrentCell(2, 0)
     chart = view.charts.chart_of(1)
     assert chart.drawn.step == 2 and chart.heights(1)

@@ -100,3 +100,28 @@ def test_the_box_is_as_wide_as_the_widest_value(qtbot):
         w.setRange(lo, hi)
     fm = narrow.box.fontMetrics()
     assert narrow.box.width() >= fm.horizontalAdvance("1.00") and wide.box.width() > narrow.box.width()
+
+
+def test_a_slider_may_end_before_its_box_and_a_value_past_its_end_is_kept_whole(qtbot):
+    w = LabeledSlider()
+    qtbot.addWidget(w)
+    w.setRange(0, 2**31 - 1)
+    w.setSliderMaximum(200)
+    got = changes(w)
+    w.setValue(500)
+    assert (w.value(), w.box.text(), w.slider.value(), w.slider.maximum(), got) == (500, "500", 200, 200, [500])
+    w.slider.setValue(50)  # a drag: within the slider's part of the range
+    assert (w.value(), w.box.text(), got) == (50, "50", [500, 50])
+
+
+def test_top_k_from_a_preset_past_the_sliders_end_is_not_clamped_by_the_panel(qtbot):
+    from app.core.settings import SamplerSettings
+    from app.ui.sampler_panel import SamplerPanel
+
+    panel = SamplerPanel()
+    qtbot.addWidget(panel)
+    panel.set_settings(SamplerSettings(top_k=5000, temperature=0.5))
+    top_k = panel.editors["top_k"]
+    assert panel.state.settings.top_k == 5000 and (top_k.value(), top_k.slider.value()) == (5000, 200)
+    panel.editors["temperature"].setValue(0.7)  # another edit keeps it whole
+    assert panel.state.settings.top_k == 5000 and panel.state.settings.temperature == 0.7

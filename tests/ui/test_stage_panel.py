@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QPoint, Qt
+from PySide6.QtWidgets import QToolButton
 
 from app.core.presets import SHIPPED
 from app.core.settings import ENGINE_CHAINS, FIELDS, SamplerSettings, StageOrder, parse_order
 from app.ui.editing_state import EditingState
 from app.ui.sampler_panel import SamplerPanel
+from app.ui.sliders import LabeledSlider
 
 
 class Vocabulary:
@@ -43,6 +45,20 @@ def test_the_more_samplers_are_folded_and_each_writes_its_setting(qtbot):
     assert (state.settings.typical_p, state.settings.epsilon_cutoff) == (0.85, 0.0003)
 
 
+def test_the_more_samplers_sliders_sit_in_the_main_sliders_columns(qtbot):
+    p, _state = panel(qtbot)
+    p.more_toggle.setChecked(True)
+    p.resize(340, 1400)
+    p.show()
+    qtbot.waitExposed(p)
+    sliders = [e for e in p.editors.values() if isinstance(e, LabeledSlider)]
+    assert {f.name for f in FIELDS if f.more} <= {e.objectName() for e in sliders}
+    starts = {e.slider.mapTo(p, QPoint(0, 0)).x() for e in sliders}
+    ends = {e.slider.mapTo(p, QPoint(e.slider.width(), 0)).x() for e in sliders}
+    resets = {b.mapTo(p, QPoint(0, 0)).x() for b in p.findChildren(QToolButton) if b.text() == "↺"}
+    assert (len(starts), len(ends), len(resets)) == (1, 1, 1), (starts, ends, resets)
+
+
 def test_an_engine_s_order_is_picked_and_shown_in_the_list(qtbot):
     p, state = panel(qtbot)
     p.order.setCurrentIndex(p.order.findData("mlx-lm"))
@@ -68,6 +84,17 @@ def test_dragging_a_stage_makes_a_custom_order(qtbot):
     p.stages.model().rowsMoved.emit(p.stages.rootIndex(), 0, 0, p.stages.rootIndex(), 0)
     assert state.settings.stage_order[0] == "top_p" and p.order.currentData() == "custom"
     assert state.settings.enabled_stages() == ("top_p", "top_k", "temperature")
+
+
+def test_a_dragged_stage_list_is_numbered_top_to_bottom_again(qtbot):
+    p, state = panel(qtbot)
+    state.set_settings(SamplerSettings(top_k=10, top_p=0.9))
+    min_p = p.stages.order().index("min_p")
+    assert p.stages.model().moveRow(p.stages.rootIndex(), min_p, p.stages.rootIndex(), 0)  # what a drop does
+    assert state.settings.stage_order[0] == "min_p"
+    texts = [p.stages.item(i).text() for i in range(p.stages.count())]
+    assert [t.split(".")[0] for t in texts] == [str(i + 1) for i in range(len(texts))]
+    assert texts[0] == "1. min-p  (off)" and "4. temperature" in texts
 
 
 def test_the_list_greys_the_stages_that_are_off(qtbot):

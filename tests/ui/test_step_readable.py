@@ -161,6 +161,34 @@ def test_a_preview_draws_each_line_from_the_record_the_sampler_makes_and_says_wh
     assert ("temperature" in panel.strip.text().splitlines()[1]) == (order == StageOrder.TEMPERATURE_FIRST)
 
 
+def seven_entries() -> Sample:
+    """A record whose legend names seven things: both bars, top-p's mass, two cut lines, two stages' cuts."""
+    settings = SamplerSettings(temperature=0.8, top_k=8, top_p=0.9, min_p=0.02)
+    for seed in range(100):
+        rng = np.random.default_rng(seed)
+        s = sample(NUMPY, rng.normal(size=300).astype(np.float32), settings, float(rng.random()))
+        if {"top_p", "top_k"} <= {s.cut_by(i) for i in range(s.top_n)}:
+            return s
+    raise AssertionError("no record cut by both top-p and top-k")
+
+
+@pytest.mark.parametrize("width", [700, 960, 1000, 1100, 1300, 1600])
+def test_every_legend_entry_is_in_view_whatever_its_rows_hold(chart, qtbot, width):
+    """Six entries in a row once read "cut by top-": the columns are sized to their contents, so a row holds only
+    as many as fit and the others wrap to the next."""
+    s = seven_entries()
+    chart.resize(width, 400)
+    qtbot.wait(20)
+    chart.show_sample(s, texts_of(s))
+    qtbot.wait(20)
+    assert len(chart.legend.items) == 7 and chart.legend.isVisible()
+    for sample_item, label in chart.legend.items:
+        assert label.sceneBoundingRect().right() <= chart.width(), label.text
+        assert sample_item.sceneBoundingRect().right() <= label.sceneBoundingRect().left()  # each beside its own
+    rows = {round(label.sceneBoundingRect().top()) for _, label in chart.legend.items}
+    assert len(rows) == math.ceil(7 / chart.legend.columnCount)
+
+
 def test_a_chart_too_small_for_its_legend_folds_it_into_its_tooltip(chart, qtbot):
     """With the branch tree open at 900x600 the chart is ~300 px wide: a one-column legend would take half its
     height, so it folds into the tooltip (every entry named there) and comes back when there is room."""

@@ -85,6 +85,20 @@ def test_batches_are_capped_and_stop_leaves_the_rest_empty_and_a_cell_lists_its_
     assert samples.result == view.cells[0].result and samples.table.rowCount() == 2
 
 
+def test_a_cell_opened_as_samples_names_all_its_settings_and_its_n(qtbot, window):
+    view = sweep_window(window)
+    view.count.setValue(4)
+    view.values[0].setText("1.2,1.5")  # temperature
+    view.values[1].setText("0.9,1")  # top-p
+    assert view.run()
+    qtbot.waitUntil(lambda: view.cells[0].result is not None and not window.playground.busy, timeout=RUN_TIMEOUT)
+    assert view.cells[0].cell.values == {"temperature": 1.2, "top_p": 0.9}
+    view.grid.cellClicked.emit(0, 0)
+    samples = window.tools["samples"].view
+    assert samples.request is view.cells[0].request and samples.count.value() == 4  # not the box's 8
+    assert samples.status.text().startswith("4 samples at T=1.2, top-p=0.9, seeds ")
+
+
 def test_a_bad_axis_is_one_line_and_nothing_runs(qtbot, window):
     view = sweep_window(window)
     view.values[0].setText("0.2,abc")

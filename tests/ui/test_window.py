@@ -9,10 +9,11 @@ from dataclasses import replace
 from PySide6.QtCore import QPoint, Qt, QTimer
 from PySide6.QtGui import QTextCursor
 
+from app.core.events import Request
 from app.core.models import ModelSpec
 from app.ui.main_window import MainWindow
 from tests.tiny import LOCAL_BACKENDS
-from tests.ui.conftest import needs_torch
+from tests.ui.conftest import WINDOW_BACKEND, needs_torch
 
 RUN_TIMEOUT = 60_000
 
@@ -163,6 +164,21 @@ def test_settings_and_prompt_are_remembered(qtbot, tiny_path, store):
     qtbot.addWidget(w2)
     assert w2.sampler.settings().top_p == 0.42 and w2.prompt.prompt() == "remember me"
     w2.close()
+
+
+def test_a_new_window_s_first_run_is_the_next_run_id_though_it_loaded_and_scored_first(qtbot, tiny_path, store):
+    """Loading the model and scoring the prompt make no run, so they take no run id: the first run of a new
+    process's window is run 1 (here, with other tests' runs before it: the next id)."""
+    first = Request().id + 1
+    w = MainWindow(settings=store, spec=ModelSpec(str(tiny_path), WINDOW_BACKEND))
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: w.playground.info is not None, timeout=RUN_TIMEOUT)
+    w.prompt.set_prompt("Hello")
+    w.playground.score_edited()
+    run(qtbot, w, max_tokens=2)
+    assert list(w.playground.session.runs) == [first] and w.playground.trace.run_id == first
+    w.close()
 
 
 def test_a_long_run_keeps_the_event_loop_responsive(qtbot, window):
