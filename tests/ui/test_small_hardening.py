@@ -79,7 +79,7 @@ def test_logitlab_models_lists_the_folders_added_in_the_window(tiny_path: Path, 
     empty = ["models", "--cache-dir", str(tmp_path / "no-cache")]
     assert cli_main(empty) == 0
     sources = [line.split()[0] for line in capsys.readouterr().out.splitlines()[1:]]
-    assert sources == ["builtin", str((folder / "tiny-llama").resolve())]
+    assert sources == ["builtin", "builtin-draft", str((folder / "tiny-llama").resolve())]
     assert cli_main([*empty, "--folder", str(folder)]) == 0  # given as well: listed once
     assert capsys.readouterr().out.count("tiny-llama") == 1
 
