@@ -31,9 +31,10 @@ class Entry:
     connects: bool = False
 
 
-BACKENDS = {"mlx": Entry("backends.mlx_backend", "MlxBackend", ("mlx", "mlx_lm")),
-            "torch": Entry("backends.torch_backend", "TorchBackend", ("torch", "transformers")),
-            "remote": Entry("backends.remote", "RemoteBackend", ("httpx",), connects=True)}  # only an HTTP client
+BACKENDS = {"mlx": Entry("backends.mlx.backend", "MlxBackend", ("mlx", "mlx_lm")),
+            "torch": Entry("backends.torch.backend", "TorchBackend", ("torch", "transformers")),
+            "remote": Entry("backends.remote.backend", "RemoteBackend", ("httpx",), connects=True)}
+# (remote: only an HTTP client)
 INSTALL_HINT = {"mlx": 'pip install "logitlab[mlx]"', "torch": 'pip install "logitlab[torch]"',
                 "remote": "pip install httpx"}
 

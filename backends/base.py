@@ -3,7 +3,7 @@
 Every opened model is a `Model`: a tokenizer, a `ModelInfo` and the `Capabilities` it declares, which the core
 reads instead of asking what kind of model it has. A `Backend` loads a local Hugging Face-format folder into a
 `LoadedModel`, a `Model` with a local forward pass: KV caches that can be trimmed to a prefix and forked into
-rows, a batched `forward`, and the array-ops shim the sampler runs on. A server's model (`backends.remote`) is
+rows, a batched `forward`, and the array-ops shim the sampler runs on. A server's model (`backends.remote.backend`) is
 a `Model` without one: it samples by itself and reports what it drew. Resolving hub ids, caches and downloads
 is the core's job; this package never imports `app`.
 """

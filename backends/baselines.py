@@ -221,7 +221,7 @@ def watch_graph_skips(cuda: bool) -> Iterator[Any]:
     if not cuda:
         yield None
         return
-    from backends.torch_static import GraphSkips
+    from backends.torch.static import GraphSkips
 
     with GraphSkips() as watch:
         yield watch

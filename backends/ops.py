@@ -1,7 +1,7 @@
 """The array-ops shim the sampler pipeline is written against, and its numpy executor (the reference).
 
 Each backend provides the same small set of 1-D operations for its framework (`MlxOps`, `TorchOps`):
-the pipeline in `app/core/pipeline.py` is written once against `ArrayOps` and runs unchanged on numpy, mlx and
+the pipeline in `app/core/sampler/pipeline.py` is written once against `ArrayOps` and runs unchanged on numpy, mlx and
 torch. Arithmetic and comparison operators are the frameworks' own; only what differs by name is here.
 """
 

@@ -1,5 +1,5 @@
 """Compile time of the torch decode step (`--compile`) at a first start and at a second one, which finds torch's
-compile caches that the first left in Logit Lab's cache folder (`backends.torch_static.compile_cache_dir`).
+compile caches that the first left in Logit Lab's cache folder (`backends.torch.static.compile_cache_dir`).
 
 One random-weight Llama, then two fresh processes in turn, each loading it, prefilling 8 tokens and timing its
 first decode step (the compile) and a later one. `--cache-dir` defaults to a new empty folder, so the first
@@ -22,7 +22,7 @@ import time
 CHILD = """
 import json, sys, time
 from pathlib import Path
-from backends.torch_backend import TorchBackend
+from backends.torch.backend import TorchBackend
 from backends.base import LoadOptions
 from torch._dynamo.utils import counters
 path, device, dtype = sys.argv[1:4]
@@ -43,8 +43,8 @@ print(json.dumps({"load_s": loaded, "first_step_s": times[0], "later_step_ms": 1
 
 
 def main() -> None:
-    from app.bench import random_model
-    from app.core.models import resolve
+    from app.cli.bench import random_model
+    from app.core.models.sources import resolve
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--random", default="0.1b")

@@ -6,7 +6,7 @@ set -u
 OUT=${OUT:-$(mktemp -d)}; mkdir -p "$OUT"; echo "results in $OUT"
 export PYTHONPATH=.
 B="python3 -m app bench --backend torch --device cuda --dtype bfloat16 --compile --json"
-T='import json,sys;from app.bench_table import print_table;print_table(json.load(open(sys.argv[1])))'
+T='import json,sys;from app.cli.bench_table import print_table;print_table(json.load(open(sys.argv[1])))'
 (nvidia-smi --query-gpu=name,memory.total --format=csv
 python3 -c "import torch,transformers;print(torch.__version__,transformers.__version__)") > $OUT/env.txt 2>&1
 timeout 270 $B --random 1b --tokens 256 --repeat 2 > $OUT/1b.json 2> $OUT/1b.err

@@ -29,7 +29,7 @@ def tiny_qwen(out: Path) -> Path:
     import torch
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
-    from app.core.models import BUILTIN_PATH
+    from app.core.models.sources import BUILTIN_PATH
 
     tok = AutoTokenizer.from_pretrained(str(BUILTIN_PATH))
     config = Qwen2Config(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,

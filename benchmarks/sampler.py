@@ -32,9 +32,9 @@ from functools import partial
 
 import numpy as np
 
-from app.core.batch_sampling import start_samples
-from app.core.pipeline import History
-from app.core.sampling import start_sample
+from app.core.sampler.batch_sampling import start_samples
+from app.core.sampler.pipeline import History
+from app.core.sampler.sampling import start_sample
 from app.core.settings import SamplerSettings
 from backends.ops import NUMPY
 
@@ -63,7 +63,7 @@ def mlx_setup(logits: np.ndarray) -> tuple[object, object, Callable[[SamplerSett
     import mlx.core as mx
     from mlx_lm.sample_utils import make_sampler
 
-    from backends.mlx_backend import MlxOps
+    from backends.mlx.backend import MlxOps
 
     x = mx.array(logits)
 
@@ -118,7 +118,7 @@ PROMPT = "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonac
 
 def builtin_logits(rows: int) -> tuple[np.ndarray, list[int]]:
     """(rows, V) float32: the built-in model's logits at the prompt's first `rows` positions, and the prompt's ids."""
-    from app.core.models import BUILTIN_PATH
+    from app.core.models.sources import BUILTIN_PATH
     from backends import get_backend
     from backends.base import LoadOptions
 
@@ -135,7 +135,7 @@ def batch_executors() -> list[tuple[str, object]]:
     try:
         import torch
 
-        from backends.torch_backend import TorchOps
+        from backends.torch.backend import TorchOps
 
         out.append(("torch CPU tensors", TorchOps(torch.device("cpu"))))
         if torch.cuda.is_available():
@@ -144,7 +144,7 @@ def batch_executors() -> list[tuple[str, object]]:
     except ImportError:
         pass
     try:
-        from backends.mlx_backend import MlxOps
+        from backends.mlx.backend import MlxOps
 
         out.append(("MLX CPU" if MlxOps().host_record else "MLX GPU", MlxOps()))
     except ImportError:

@@ -16,11 +16,11 @@ import tempfile
 import threading
 from pathlib import Path
 
-from app.core.drafts import BUILTIN_DRAFT_PATH
 from app.core.events import Request, Speculated
-from app.core.models import BUILTIN_PATH
+from app.core.models.drafts import BUILTIN_DRAFT_PATH
+from app.core.models.sources import BUILTIN_PATH
+from app.core.runs.speculative_run import run_speculative
 from app.core.settings import SamplerSettings
-from app.core.speculative_run import run_speculative
 from backends import get_backend
 from backends.base import LoadOptions
 from tests.tiny import make_model

@@ -14,8 +14,8 @@ import time
 
 import numpy as np
 
-from app.core.pipeline import History
-from app.core.sampling import start_sample
+from app.core.sampler.pipeline import History
+from app.core.sampler.sampling import start_sample
 from app.core.settings import SamplerSettings, parse_order
 from backends.ops import NUMPY
 

@@ -16,13 +16,13 @@ import threading
 import time
 from typing import Any
 
-from app.compare_cli import BATCH_ROWS, cell_batches
-from app.core.compare import make_grid, parse_axis
+from app.cli.compare import BATCH_ROWS, cell_batches
+from app.core.compare.statistics import make_grid, parse_axis
+from app.core.decoding.generation import Prefix, generate
+from app.core.decoding.together import generate_together
 from app.core.events import Finished, Request
-from app.core.generation import Prefix, generate
-from app.core.models import BUILTIN_PATH
+from app.core.models.sources import BUILTIN_PATH
 from app.core.settings import SamplerSettings
-from app.core.together import generate_together
 from backends import get_backend
 from backends.base import LoadOptions
 

@@ -28,7 +28,7 @@ def main() -> None:
     from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QApplication
 
-    from app.core.models import ModelSpec
+    from app.core.models.sources import ModelSpec
     from app.ui.main_window import MainWindow
 
     app = QApplication([])

@@ -21,10 +21,10 @@ from typing import Any
 
 import torch
 
-from app.bench import SETTINGS, make_prompt, random_model, run_ours
-from app.core.models import resolve
+from app.cli.bench import SETTINGS, make_prompt, random_model, run_ours
+from app.core.models.sources import resolve
 from backends.base import LoadOptions
-from backends.torch_backend import TorchBackend
+from backends.torch.backend import TorchBackend
 
 DEFAULT = torch.get_num_threads()  # before anything sets it: what a user gets without a rule
 

@@ -26,9 +26,9 @@ from PySide6.QtCore import QSettings, QTimer
 
 from app.core.events import Finished, Loaded, Prefilled, Request, Step
 from app.core.metrics import Metrics
-from app.core.sampling import sample
+from app.core.record.trace import RunTrace, StepTrace
+from app.core.sampler.sampling import sample
 from app.core.settings import SamplerSettings
-from app.core.trace import RunTrace, StepTrace
 from app.ui.main import make_app
 from backends.base import ModelInfo
 from backends.ops import NUMPY
@@ -129,11 +129,11 @@ def instrument() -> Spans:
     """Time the window's UI-thread work by kind (before the window is made, so every connection is timed)."""
     import pyqtgraph as pg
 
-    from app.ui.panels import MetricsStrip
-    from app.ui.playground import Playground
-    from app.ui.step_chart import StepChart
-    from app.ui.timeline import TimelineChart
-    from app.ui.token_view import TokenText
+    from app.ui.charts.step_chart import StepChart
+    from app.ui.charts.timeline import TimelineChart
+    from app.ui.panels.info import MetricsStrip
+    from app.ui.run_view.token_view import TokenText
+    from app.ui.viewmodel.playground import Playground
 
     spans = Spans()
     for cls, method, name in ((Playground, "drain", "drain (all handlers)"),

@@ -3,7 +3,7 @@
 import multiprocessing
 import sys
 
-from app.cli import main
+from app.cli.main import main
 
 if __name__ == "__main__":
     multiprocessing.freeze_support()  # a child process of the frozen app runs its task, not a second app

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-from app.core.batch_sampling import start_samples
-from app.core.pipeline import History
-from app.core.record import Sample
-from app.core.sampling import start_sample
+from app.core.record.record import Sample
+from app.core.sampler.batch_sampling import start_samples
+from app.core.sampler.pipeline import History
+from app.core.sampler.sampling import start_sample
 from app.core.settings import STAGES, SamplerSettings
 
 VOCAB = 300

@@ -50,7 +50,7 @@ def tiny_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def torch_model(tiny_path: Path):
     if not installed("torch"):
         pytest.skip("torch backend not installed")
-    from backends.torch_backend import TorchBackend
+    from backends.torch.backend import TorchBackend
 
     return TorchBackend().load(tiny_path, LoadOptions(device="cpu", dtype="float32"))
 
@@ -59,7 +59,7 @@ def torch_model(tiny_path: Path):
 def mlx_model(tiny_path: Path):
     if not installed("mlx"):
         pytest.skip("mlx backend not installed")
-    from backends.mlx_backend import MlxBackend
+    from backends.mlx.backend import MlxBackend
 
     return MlxBackend().load(tiny_path, LoadOptions(dtype="float32"))
 
@@ -72,7 +72,7 @@ def model(request: pytest.FixtureRequest):
 @pytest.fixture(scope="session", params=["torch", "mlx"])
 def builtin(request: pytest.FixtureRequest):
     """The shipped built-in model, through each backend's real loader."""
-    from app.core.models import BUILTIN_PATH
+    from app.core.models.sources import BUILTIN_PATH
 
     if not (BUILTIN_PATH / "config.json").exists():
         pytest.fail(f"the built-in model is missing from {BUILTIN_PATH}")

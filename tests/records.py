@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.core.record import Sample
+from app.core.record.record import Sample
 
 RTOL, ATOL = 1e-4, 1e-5  # float32 rounding of a 2-layer model's logits, with a wide margin
 

@@ -28,7 +28,7 @@ def test_ruff_is_clean():
 
 
 def test_the_window_module_does_not_import_frameworks_at_start():
-    code = ("import sys, app.cli, app.core.model_thread, app.core.generation; "
+    code = ("import sys, app.cli.main, app.core.runs.model_thread, app.core.decoding.generation; "
             "print(sorted(m for m in ('torch', 'mlx', 'transformers', 'mlx_lm') if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.stdout.strip() == "[]", r.stdout + r.stderr

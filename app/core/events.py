@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from app.core.metrics import Metrics
-from app.core.models import ModelSpec
+from app.core.models.sources import ModelSpec
 from app.core.settings import SamplerSettings
 
 if TYPE_CHECKING:
-    from app.core.spec_record import SpecRound, SpecStats, SpecSummary
-    from app.core.surprisal import PromptScore
-    from app.core.trace import RunTrace, StepTrace
+    from app.core.decoding.surprisal import PromptScore
+    from app.core.record.spec_record import SpecRound, SpecStats, SpecSummary
+    from app.core.record.trace import RunTrace, StepTrace
     from backends.base import ModelInfo, Tokenizer
 
 _ids = itertools.count(1)  # run ids, as the user counts them: a new window's first run is run 1

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtGui import QColor
 
 if TYPE_CHECKING:
-    from app.core.step_view import StageKept
+    from app.core.sampler.step_view import StageKept
 
 DIVERGED = QColor(200, 60, 40)  # the mark of the first token a branch drew differently from its parent
 INHERITED = QColor(70, 70, 70)  # the text a branch took over from its parent (on its shade, faded)

@@ -19,10 +19,9 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QSettings, QTimer
 from PySide6.QtWidgets import QApplication
 
-from app.core.models import ModelSpec
+from app.core.models.sources import ModelSpec
 from app.core.settings import SamplerSettings
-from app.screenshot_args import DEFAULT_SIZE
-from app.ui.collector import collector
+from app.ui.viewmodel.collector import collector
 
 if TYPE_CHECKING:
     from app.ui.main_window import MainWindow
@@ -32,7 +31,7 @@ def make_app() -> QApplication:
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("Logit Lab")
     app.setOrganizationName("LogitLab")
-    collector()  # the garbage-collector policy is the application's (app/ui/collector.py)
+    collector()  # the garbage-collector policy is the application's (app/ui/viewmodel/collector.py)
     return app
 
 
@@ -46,7 +45,7 @@ def run_window(spec: ModelSpec, settings: SamplerSettings, prompt: str | None = 
                screenshot: str | None = None, open_path: str | None = None, size: tuple[int, int] | None = None) -> int:
     doc = None
     if open_path:  # read before the window opens: a file it cannot show is one line and exit status 2
-        from app.core import session_file
+        from app.core.session import session_file
 
         try:
             doc = session_file.load(open_path)
@@ -62,7 +61,7 @@ def run_window(spec: ModelSpec, settings: SamplerSettings, prompt: str | None = 
     app = make_app()
     with contextlib.ExitStack() as stack:
         store = _own_preferences(stack) if screenshot else None
-        window = _window(spec, settings, prompt, store, size or (DEFAULT_SIZE if screenshot else None))
+        window = _window(spec, settings, prompt, store, size)
         if doc is not None:  # drawn after the first paint: drawing a run builds the charts (pyqtgraph's import)
             QTimer.singleShot(0, lambda: window.sessions.show_file(doc, open_path))
         if screenshot:

@@ -23,27 +23,27 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.models import ModelSpec
-from app.ui import clipboard
+from app.core.models.sources import ModelSpec
 from app.ui.banner import Banner
-from app.ui.branch_tree import BranchTree
-from app.ui.chart_host import SERIES, TimelineHost
-from app.ui.collector import collector
-from app.ui.exporting import Exporter
-from app.ui.model_bar import ModelBar
-from app.ui.panels import MetricsStrip, ModelCard
-from app.ui.playground import Playground
-from app.ui.preferences import Preferences
-from app.ui.prompt_editor import PromptEditor
-from app.ui.sampler_panel import SamplerPanel
-from app.ui.sessions import Sessions, state_dir
-from app.ui.step_panel import StepPanel
-from app.ui.token_view import TokenView
-from app.ui.tools import TOOLS, ToolAction
+from app.ui.charts.chart_host import SERIES, TimelineHost
+from app.ui.files import clipboard
+from app.ui.files.exporting import Exporter
+from app.ui.files.preferences import Preferences
+from app.ui.files.sessions import Sessions, state_dir
+from app.ui.panels.info import MetricsStrip, ModelCard
+from app.ui.panels.model_bar import ModelBar
+from app.ui.panels.prompt_editor import PromptEditor
+from app.ui.panels.sampler_panel import SamplerPanel
+from app.ui.run_view.branch_tree import BranchTree
+from app.ui.run_view.step_panel import StepPanel
+from app.ui.run_view.token_view import TokenView
+from app.ui.tools.registry import TOOLS, ToolAction
+from app.ui.viewmodel.collector import collector
+from app.ui.viewmodel.playground import Playground
 
 if TYPE_CHECKING:
-    from app.core.model_thread import ModelThread
-    from app.ui.code_dialog import CodeDialog
+    from app.core.runs.model_thread import ModelThread
+    from app.ui.tools.code_dialog import CodeDialog
 
 MAX_RECENT = 10
 PRELOAD_MS = 250
@@ -60,7 +60,7 @@ class MainWindow(QMainWindow):
         self._painted = False
         self.store = Preferences(settings)
         self.playground = Playground(self, worker)
-        collector().follow(self.playground)  # a model thread never collects Qt objects: app/ui/collector.py
+        collector().follow(self.playground)  # a model thread never collects Qt objects: app/ui/viewmodel/collector.py
         self.editing = self.playground.editing  # what the user edits: every editor below binds to it
         self.model_bar = ModelBar(self.editing)
         self.prompt = PromptEditor(self.editing)
@@ -125,7 +125,7 @@ class MainWindow(QMainWindow):
 
     def _build_help(self) -> None:
         """Edit: undo / redo in the prompt, copy the output (as text, as Markdown), select all; Help: shortcuts,
-        About (app/ui/about.py). In a text field with focus, its own keys win (Ctrl+Z, Ctrl+A, …)."""
+        About (app/ui/files/about.py). In a text field with focus, its own keys win (Ctrl+Z, Ctrl+A, …)."""
 
         def select_all() -> None:
             focused = self.focusWidget()
@@ -150,17 +150,18 @@ class MainWindow(QMainWindow):
                 menu.addSeparator()
 
     def _show_shortcuts(self) -> None:
-        from app.ui.about import ShortcutsDialog, open_dialog  # (dialogs: not before the first paint)
+        from app.ui.files.about import ShortcutsDialog, open_dialog  # (dialogs: not before the first paint)
 
         open_dialog(ShortcutsDialog(self.menuBar(), self))
 
     def _show_about(self) -> None:
-        from app.ui.about import AboutDialog, locations, open_dialog
+        from app.ui.files.about import AboutDialog, locations, open_dialog
 
         open_dialog(AboutDialog(locations(self.store.store.fileName(), state_dir(self.store)), self))
 
     def _build_tools(self) -> None:
-        """Presets' messages; File → Export (app/ui/exporting.py); Run → View code… (app/ui/code_dialog.py)."""
+        """Presets' messages; File → Export (app/ui/files/exporting.py); Run → View code…
+        (app/ui/tools/code_dialog.py)."""
         presets = self.sampler.presets
         presets.failed.connect(self.banner.show_message)
         if presets.store.error:
@@ -173,7 +174,7 @@ class MainWindow(QMainWindow):
         self.code_dialog: CodeDialog | None = None
 
         def show_code() -> None:
-            from app.ui.code_dialog import CodeDialog, code_request  # (a dialog: not before the first paint)
+            from app.ui.tools.code_dialog import CodeDialog, code_request  # (a dialog: not before the first paint)
 
             e = self.editing
             request = code_request(e.settings, e.prompt.text, e.prompt.chat_messages, e.model.source,
@@ -187,8 +188,8 @@ class MainWindow(QMainWindow):
 
     def _build_run_tools(self) -> None:
         """Run → Sample ×N…, Sweep…, Side by side…, Prompt set…, Beam search…, Speculative decoding…, Compare
-        quantization… (app/ui/tools.py: each made at its first use). A view's `failed` line goes to the banner; a
-        sweep's cell opens its samples in the samples view."""
+        quantization… (app/ui/tools/registry.py: each made at its first use). A view's `failed` line goes to the banner;
+        a sweep's cell opens its samples in the samples view."""
         def opened(view: Any) -> None:
             if hasattr(view, "failed"):
                 view.failed.connect(self.banner.show_message)
@@ -389,7 +390,7 @@ class MainWindow(QMainWindow):
         return self.store.get("recent_models")
 
     def _restore(self, spec: ModelSpec | None) -> None:
-        """What the last session left (every preference typed by app/ui/preferences.py); `spec` wins over it."""
+        """What the last session left (every preference typed by app/ui/files/preferences.py); `spec` wins over it."""
         p = self.store
         if geometry := p.get("geometry"):
             self.restoreGeometry(geometry)
@@ -446,7 +447,7 @@ class MainWindow(QMainWindow):
 
     def paintEvent(self, e: QPaintEvent) -> None:  # noqa: N802 - Qt override
         """The first paint: start the model thread right after it (a zero timer runs once the paint is done), as
-        the charts are built (app/ui/chart_host.py); a load or a run before then starts it at once."""
+        the charts are built (app/ui/charts/chart_host.py); a load or a run before then starts it at once."""
         super().paintEvent(e)
         if not self._painted:
             self._painted = True

@@ -6,8 +6,8 @@ import threading
 
 import numpy as np
 
+from app.core.decoding.generation import generate
 from app.core.events import Finished, Message, Request, Step
-from app.core.generation import generate
 from app.core.settings import SamplerSettings
 
 PROMPT = "def add(a, b):"
@@ -102,7 +102,7 @@ def test_chat_mode_uses_the_template(model):
 
 def test_the_lean_torch_forward_matches_transformers(tiny_path, torch_model):
     from backends.base import LoadOptions
-    from backends.torch_backend import TorchBackend
+    from backends.torch.backend import TorchBackend
 
     assert torch_model.fast is not None
     plain = TorchBackend().load(tiny_path, LoadOptions(device="cpu", dtype="float32", fast=False))
@@ -130,7 +130,7 @@ def test_the_opt_in_compiled_static_cache_gives_the_same_tokens(tiny_path, torch
     import torch
 
     from backends.base import LoadOptions
-    from backends.torch_backend import TorchBackend
+    from backends.torch.backend import TorchBackend
 
     compiled = TorchBackend().load(tiny_path, LoadOptions(device="cpu", dtype="float32", compile_len=64))
     s = SamplerSettings(temperature=0, max_tokens=12)

@@ -8,12 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.batch_sampling import PendingBatch, start_samples
+from app.core.sampler.batch_sampling import PendingBatch, start_samples
 from app.core.settings import SamplerSettings
 from tests.batched_sampler_cases import any_stages, assert_batch_equals_rows
 
 mx = pytest.importorskip("mlx.core")
-from backends.mlx_backend import MlxOps  # noqa: E402
+from backends.mlx.backend import MlxOps  # noqa: E402
 
 
 def executors() -> list:

@@ -9,14 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.batch_sampling import PendingBatch, start_samples
+from app.core.sampler.batch_sampling import PendingBatch, start_samples
 from app.core.settings import SamplerSettings
 from tests.batched_sampler_cases import any_stages, assert_batch_equals_rows
 
 torch = pytest.importorskip("torch")
 from torch._dynamo.utils import counters  # noqa: E402
 
-from backends.torch_backend import TorchOps  # noqa: E402
+from backends.torch.backend import TorchOps  # noqa: E402
 
 OPS = TorchOps(torch.device("cpu"))
 

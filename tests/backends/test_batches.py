@@ -20,7 +20,7 @@ def any_model(request: pytest.FixtureRequest, tiny_path: Path):
     if request.param != "torch-plain":
         return request.getfixturevalue(f"{request.param}_model")
     request.getfixturevalue("torch_model")  # skips where torch is not installed
-    from backends.torch_backend import TorchBackend
+    from backends.torch.backend import TorchBackend
 
     return TorchBackend().load(tiny_path, LoadOptions(device="cpu", dtype="float32", fast=False))
 
@@ -90,7 +90,7 @@ def device_column(model, tokens: list[int]):
         return model.ops.stack([mx.array([t]) for t in tokens])
     import torch
 
-    from backends.torch_backend import TorchOps  # what a GPU's ops are; on the CPU the model's ops are numpy
+    from backends.torch.backend import TorchOps  # what a GPU's ops are; on the CPU the model's ops are numpy
 
     return TorchOps(torch.device("cpu")).stack([torch.tensor([t]) for t in tokens])
 

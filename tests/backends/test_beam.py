@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.core.beam import BeamSettings, banned_tokens
-from app.core.beam_run import BeamFinished, BeamRefusedError, BeamRequest, BeamStepped, open_request, run_beam
+from app.core.decoding.beam import BeamSettings, banned_tokens
+from app.core.decoding.generation import generate
 from app.core.events import Finished, Request
-from app.core.generation import generate
-from app.core.model_thread import ModelThread
-from app.core.models import BUILTIN_PATH, ModelSpec
+from app.core.models.sources import BUILTIN_PATH, ModelSpec
+from app.core.runs.beam_run import BeamFinished, BeamRefusedError, BeamRequest, BeamStepped, open_request, run_beam
+from app.core.runs.model_thread import ModelThread
 from app.core.settings import SamplerSettings, SettingsError
 from backends import installed
 from backends.base import LoadOptions
@@ -61,7 +61,7 @@ def make_qwen2(path: Path, seed: int = 3, hidden: int = 64, layers: int = 2) -> 
 
 @pytest.fixture(scope="module")
 def builtin_torch():
-    from backends.torch_backend import TorchBackend
+    from backends.torch.backend import TorchBackend
 
     return TorchBackend().load(BUILTIN_PATH, LoadOptions(device="cpu", dtype="float32"))
 
@@ -73,7 +73,7 @@ def qwen2_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def qwen2_torch(qwen2_path: Path):
-    from backends.torch_backend import TorchBackend
+    from backends.torch.backend import TorchBackend
 
     return TorchBackend().load(qwen2_path, LoadOptions(device="cpu", dtype="float32"))
 
@@ -137,7 +137,7 @@ def test_random_qwen2_matches_transformers(qwen2_torch, width, penalty, early) -
 
 
 def test_transformers_own_forward_and_cache_give_the_same(qwen2_path: Path) -> None:
-    from backends.torch_backend import TorchBackend
+    from backends.torch.backend import TorchBackend
 
     model = TorchBackend().load(qwen2_path, LoadOptions(device="cpu", dtype="float32", fast=False))
     assert model.fast is None
@@ -163,7 +163,7 @@ def test_width_one_is_greedy(builtin_torch) -> None:
 
 @pytest.mark.parametrize("backend", ["mlx"])
 def test_mlx_finds_the_same_beams(builtin_torch, backend) -> None:
-    from backends.mlx_backend import MlxBackend
+    from backends.mlx.backend import MlxBackend
 
     mlx = MlxBackend().load(BUILTIN_PATH, LoadOptions(dtype="float32"))
     ids = builtin_torch.tokenizer.encode(PROMPT)
@@ -179,7 +179,7 @@ def test_mlx_finds_the_same_beams(builtin_torch, backend) -> None:
 def test_reorder_moves_rows_without_a_new_prefill(request: pytest.FixtureRequest, backend: str,
                                                   tiny_path: Path) -> None:
     if backend == "transformers":  # transformers' own forward and DynamicCache (the lean forward turned off)
-        from backends.torch_backend import TorchBackend
+        from backends.torch.backend import TorchBackend
 
         model = TorchBackend().load(tiny_path, LoadOptions(device="cpu", dtype="float32", fast=False))
     else:
@@ -253,7 +253,7 @@ def test_the_model_thread_runs_it_and_a_hypothesis_opens_as_a_run(tiny_path: Pat
 def test_the_command_line_prints_the_ranked_hypotheses(tiny_path: Path, capsys: pytest.CaptureFixture) -> None:
     import json
 
-    from app.cli import main
+    from app.cli.main import main
 
     args = ["generate", "--model", str(tiny_path), "--backend", "torch", "--prompt", "Hello", "--beams", "3",
             "--max-tokens", "4", "--length-penalty", "0.5", "--early-stopping", "never"]

@@ -9,9 +9,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from app.core.branches import replay, replay_request
+from app.core.decoding.generation import Prefix, generate
 from app.core.events import Finished, Request, Step
-from app.core.generation import Prefix, generate
+from app.core.session.branches import replay, replay_request
 from app.core.settings import SamplerSettings
 
 PROMPT = "def add(a, b):\n    return a + b\n\nfor i in range(10):"

@@ -8,9 +8,9 @@ import threading
 
 import pytest
 
+from app.core.decoding.generation import generate
 from app.core.events import Finished, Request, Step
-from app.core.generation import generate
-from app.core.models import BUILTIN_PATH
+from app.core.models.sources import BUILTIN_PATH
 from app.core.settings import SamplerSettings
 
 MODULES = {"os", "sys", "re", "io", "time", "json", "math", "types", "typing", "warnings", "collections",

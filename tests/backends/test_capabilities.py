@@ -11,15 +11,15 @@ from contextlib import closing, contextmanager
 
 import pytest
 
+from app.core.decoding.generation import generate
 from app.core.events import Failed, Finished, Loaded, Request, Step
-from app.core.generation import generate
-from app.core.model_thread import ModelThread
-from app.core.models import ModelSpec
-from app.core.remote_run import load_remote
+from app.core.models.sources import ModelSpec
+from app.core.remote.remote_run import load_remote
+from app.core.runs.model_thread import ModelThread
 from app.core.settings import SamplerSettings
 from backends import connects, get_backend
 from backends.base import LOCAL, ModelLoadError
-from backends.remote import RemoteModel
+from backends.remote.backend import RemoteModel
 from tests.remote_fake import fake_server, stream_tokens
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from backends.base import LoadOptions
-from backends.hf_tokenizer import TEMPLATE_LIMIT_S, load_tokenizer
+from backends.hf.tokenizer import TEMPLATE_LIMIT_S, load_tokenizer
 from tests.tiny import CHAT_TEMPLATE, make_tokenizer
 
 ESCAPE = "{{ ''.__class__.__mro__[1].__subclasses__() }}" + CHAT_TEMPLATE

@@ -7,14 +7,14 @@ from __future__ import annotations
 import pytest
 
 from app.core.events import Compiling, Event, Failed, Finished, Request, Step
-from app.core.model_thread import ModelThread
-from app.core.models import ModelSpec
+from app.core.models.sources import ModelSpec
+from app.core.runs.model_thread import ModelThread
 from app.core.settings import SamplerSettings
 from backends.base import LoadOptions
 
 torch = pytest.importorskip("torch")
 
-from backends import torch_static  # noqa: E402 - after the skip
+from backends.torch import static as torch_static  # noqa: E402 - after the skip
 
 STATIC_LEN = 48
 

@@ -152,7 +152,7 @@ def test_real_configs_pass_and_their_shape_is_read(config: dict):
 def test_the_window_shows_the_same_line_in_its_banner(qtbot, tiny_path: Path, tmp_path: Path):
     from PySide6.QtCore import QSettings
 
-    from app.core.models import ModelSpec
+    from app.core.models.sources import ModelSpec
     from app.ui.main_window import MainWindow
 
     path = folder_with(tiny_path, tmp_path, config=setting(num_hidden_layers=-1))

@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.core.models import BUILTIN_PATH
-from app.core.pipeline import make_stages, run_stages, sanitize
-from app.core.presets import SHIPPED, Preset
+from app.core.models.sources import BUILTIN_PATH
+from app.core.sampler.pipeline import make_stages, run_stages, sanitize
+from app.core.sampler.presets import SHIPPED, Preset
 from app.core.settings import SamplerSettings
 from backends.ops import NUMPY
 

@@ -7,11 +7,11 @@ import threading
 import numpy as np
 import pytest
 
+from app.core.decoding.generation import Prefix, generate
+from app.core.decoding.prefill import FIRST_CHUNK
+from app.core.decoding.surprisal import log_softmax, score
 from app.core.events import Finished, Prefilled, Request, Step
-from app.core.generation import Prefix, generate
-from app.core.prefill import FIRST_CHUNK
 from app.core.settings import SamplerSettings
-from app.core.surprisal import log_softmax, score
 
 PROMPT = "def add(a, b):\n    return a + b\n\nfor i in range(10):"
 SAMPLING = SamplerSettings(temperature=1.0, top_p=0.95, seed=11, max_tokens=12)

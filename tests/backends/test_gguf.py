@@ -21,10 +21,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.catalog import estimate_memory, scan_cache, scan_folder
-from app.core.catalog import main as models_main
+from app.core.decoding.generation import generate
 from app.core.events import Request, Step
-from app.core.generation import generate
+from app.core.models.catalog import estimate_memory, scan_cache, scan_folder
+from app.core.models.catalog import main as models_main
 from app.core.settings import SamplerSettings
 from backends.base import LoadOptions, ModelLoadError
 from backends.gguf import GGML_TYPES, TRANSFORMERS_TYPES, read_gguf
@@ -105,7 +105,7 @@ def gguf_dir(tiny_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def gguf_model(gguf_dir: Path):
-    from backends.torch_backend import TorchBackend
+    from backends.torch.backend import TorchBackend
 
     return TorchBackend().load(gguf_dir / "tiny-f32.gguf", CPU32)
 
@@ -145,7 +145,7 @@ def test_the_gguf_model_card_reads_as_the_safetensors_one(gguf_model, torch_mode
 
 
 def test_a_q8_0_file_is_dequantized_to_weights_within_its_quantization_step(gguf_dir: Path, torch_model):
-    from backends.torch_backend import TorchBackend
+    from backends.torch.backend import TorchBackend
 
     model = TorchBackend().load(gguf_dir / "tiny-q8_0.gguf", CPU32)
     ref = dict(torch_model.model.named_parameters())
@@ -201,7 +201,7 @@ def damaged(src: Path, dst: Path, how: str) -> Path:
 ])
 def test_a_damaged_gguf_is_refused_in_one_line_before_any_framework_reads_it(gguf_dir: Path, tmp_path: Path,
                                                                            how: str, message: str):
-    from backends.torch_backend import TorchBackend
+    from backends.torch.backend import TorchBackend
 
     bad = damaged(gguf_dir / "tiny-f32.gguf", tmp_path / "model.gguf", how)
     with pytest.raises(ModelLoadError) as e:
@@ -349,7 +349,7 @@ def test_a_listing_names_each_bad_file_and_lists_the_rest(gguf_dir: Path, tiny_p
 
 @pytest.mark.parametrize("case", ["alignment 0", "arrays 5,000 deep"])
 def test_loading_a_malformed_header_is_refused_in_one_line(tmp_path: Path, case: str):
-    from backends.torch_backend import TorchBackend
+    from backends.torch.backend import TorchBackend
 
     (tmp_path / "bad.gguf").write_bytes(MALFORMED[case][0])
     with pytest.raises(ModelLoadError, match=f"^bad.gguf has a damaged or truncated header: {MALFORMED[case][1]}"):
@@ -403,7 +403,7 @@ def rewritten(src: Path, dst: Path, **metadata) -> Path:
     ({"name": "odd-00001-of-00002.gguf"}, "is one part of a split GGUF, and transformers loads whole files only"),
 ])
 def test_a_gguf_torch_cannot_read_says_why(gguf_dir: Path, tmp_path: Path, change: dict, message: str):
-    from backends.torch_backend import TorchBackend
+    from backends.torch.backend import TorchBackend
 
     name = change.pop("name", "odd.gguf")
     path = rewritten(gguf_dir / "tiny-f32.gguf", tmp_path / name, **change)
@@ -414,7 +414,7 @@ def test_a_gguf_torch_cannot_read_says_why(gguf_dir: Path, tmp_path: Path, chang
 
 def test_mlx_refuses_a_gguf_file_and_points_to_torch(gguf_dir: Path):
     pytest.importorskip("mlx_lm")
-    from backends.mlx_backend import MlxBackend
+    from backends.mlx.backend import MlxBackend
 
     with pytest.raises(ModelLoadError, match=r"tiny-f32.gguf is a GGUF file, which the MLX backend cannot load: "
                                              r"open it with the torch backend \(--backend torch"):
@@ -473,7 +473,7 @@ def test_logitlab_models_lists_the_folders_it_is_given(gguf_dir: Path, tmp_path:
 
 
 def test_the_picker_lists_the_users_folders_and_adds_one(qtbot, gguf_dir: Path, tiny_path: Path, tmp_path: Path):
-    from app.ui.model_picker import ModelPicker
+    from app.ui.panels.model_picker import ModelPicker
 
     more = tmp_path / "more"
     more.mkdir()

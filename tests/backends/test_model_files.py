@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from app.core.catalog import check_fits, estimate_memory, scan_cache
+from app.core.decoding.generation import generate
 from app.core.events import Request
-from app.core.generation import generate
+from app.core.models.catalog import check_fits, estimate_memory, scan_cache
 from app.core.settings import SamplerSettings
 from backends import installed
 from backends.base import LoadOptions, ModelLoadError, PickleRefusedError, RemoteCodeRefusedError

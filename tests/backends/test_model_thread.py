@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from app.core.events import Failed, Finished, Loaded, Prefilled, Request, Step
-from app.core.model_thread import ModelThread
-from app.core.models import ModelSpec
+from app.core.models.sources import ModelSpec
+from app.core.runs.model_thread import ModelThread
 from app.core.settings import SamplerSettings
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.core.pipeline import History
-from app.core.record import Sample
-from app.core.sampling import sample
+from app.core.record.record import Sample
+from app.core.sampler.pipeline import History
+from app.core.sampler.sampling import sample
 from app.core.settings import SamplerSettings
 from backends import installed
 from backends.ops import NUMPY, NumpyOps
@@ -40,11 +40,11 @@ def executors():
     if installed("torch"):
         import torch
 
-        from backends.torch_backend import TorchOps
+        from backends.torch.backend import TorchOps
 
         out.append(pytest.param(TorchOps(torch.device("cpu")), id="torch"))
     if installed("mlx"):
-        from backends.mlx_backend import MlxOps
+        from backends.mlx.backend import MlxOps
 
         out.append(pytest.param(MlxOps(), id="mlx"))  # on a CPU: draws on MLX, records on numpy
         on_device = MlxOps()

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from app.core.decoding.generation import generate
+from app.core.decoding.prefill import FIRST_CHUNK, MAX_CHUNK, TARGET_S, chunks
 from app.core.events import Finished, Prefilled, Request
-from app.core.generation import generate
-from app.core.prefill import FIRST_CHUNK, MAX_CHUNK, TARGET_S, chunks
 from app.core.settings import SamplerSettings
 
 

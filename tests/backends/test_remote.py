@@ -18,18 +18,18 @@ import httpx
 import numpy as np
 import pytest
 
+from app.core.decoding.generation import generate
 from app.core.events import Failed, Finished, Loaded, Prefilled, Request, Step
-from app.core.generation import generate
-from app.core.model_thread import ModelThread
-from app.core.models import BUILTIN_PATH, ModelSpec
-from app.core.remote_run import load_remote
-from app.core.server_request import request_fields
+from app.core.models.sources import BUILTIN_PATH, ModelSpec
+from app.core.record.trace import RunTrace
+from app.core.remote.remote_run import load_remote
+from app.core.remote.server_request import request_fields
+from app.core.runs.model_thread import ModelThread
 from app.core.settings import SamplerSettings
-from app.core.trace import RunTrace
 from backends import installed
 from backends.base import LoadOptions
-from backends.remote import RemoteError, RemoteModel
-from backends.remote_tokens import align, token_bytes
+from backends.remote.backend import RemoteError, RemoteModel
+from backends.remote.tokens import align, token_bytes
 from tests.remote_fake import LLAMACPP_MODELS, TOKENS, chunk, entry, fake_server, llamacpp_like, stream_tokens
 
 GREEDY = SamplerSettings(temperature=0, max_tokens=10)
@@ -90,7 +90,7 @@ def remote(server: str) -> Iterator[RemoteModel]:
 
 @pytest.fixture(scope="module")
 def local(server_process):
-    from backends.mlx_backend import MlxBackend
+    from backends.mlx.backend import MlxBackend
 
     return MlxBackend().load(BUILTIN_PATH, LoadOptions())
 
@@ -379,7 +379,7 @@ def test_token_bytes_read_each_servers_naming():
 
 
 def test_align_backtracks_to_the_split_that_spells_the_text():
-    from backends.remote_tokens import _Cand
+    from backends.remote.tokens import _Cand
 
     def c(s: str) -> _Cand:
         return _Cand(None, s.encode(), -1.0)
@@ -393,7 +393,7 @@ def test_align_backtracks_to_the_split_that_spells_the_text():
 
 # the command line --------------------------------------------------------------------------------------------
 def test_cli_models_generate_and_bench_against_the_real_server(server, local, capsys):
-    from app.cli import main
+    from app.cli.main import main
 
     assert main(["models", "--base-url", server]) == 0
     assert capsys.readouterr().out.split() == [str(BUILTIN_PATH)]
@@ -410,7 +410,7 @@ def test_cli_models_generate_and_bench_against_the_real_server(server, local, ca
 
 
 def test_cli_errors_are_one_line_and_exit_1(capsys):
-    from app.cli import main
+    from app.cli.main import main
 
     url = f"http://127.0.0.1:{free_port()}/v1"
     assert main(["models", "--base-url", url]) == 1
@@ -445,7 +445,7 @@ def keychain():
     import keyring
     from keyring.backend import KeyringBackend
 
-    from app.core import secrets
+    from app.core.remote import secrets
 
     backend = type("Memory", (MemoryKeyring, KeyringBackend), {})()
     before = keyring.get_keyring()
@@ -457,7 +457,7 @@ def keychain():
 
 
 def test_a_key_goes_to_the_keychain_and_comes_back_in_a_new_session(keychain):
-    from app.core import secrets
+    from app.core.remote import secrets
 
     assert "system keychain" in secrets.store_key("http://gpu:8000/v1", "sk-abc")
     assert keychain.saved == {("logitlab", "http://gpu:8000/v1"): "sk-abc"}
@@ -471,7 +471,7 @@ def test_without_a_keychain_the_key_is_kept_for_the_session_only_and_it_says_so(
     import keyring
     from keyring.backends import fail
 
-    from app.core import secrets
+    from app.core.remote import secrets
 
     before = keyring.get_keyring()
     keyring.set_keyring(fail.Keyring())
@@ -486,7 +486,7 @@ def test_without_a_keychain_the_key_is_kept_for_the_session_only_and_it_says_so(
 
 
 def test_a_key_from_the_environment_wins_and_an_empty_one_is_named(monkeypatch):
-    from app.core.secrets import MissingKeyError, api_key
+    from app.core.remote.secrets import MissingKeyError, api_key
 
     monkeypatch.setenv("LOGITLAB_KEY", " sk-env ")
     assert api_key("http://x/v1", "LOGITLAB_KEY") == "sk-env"
@@ -496,7 +496,7 @@ def test_a_key_from_the_environment_wins_and_an_empty_one_is_named(monkeypatch):
 
 
 def test_cli_a_run_the_server_cuts_keeps_its_tokens_and_exits_1(capsys, tmp_path):
-    from app.cli import main
+    from app.cli.main import main
 
     with fake_server(stream_tokens(3, then=lambda h: h.cut())) as srv:
         code = main(["generate", "--backend", "remote", "--base-url", srv.url, "--model", "fake-model", "--prompt",
@@ -570,7 +570,7 @@ def test_sampled_runs_on_mlx_lm_server_record_each_drawn_token(server):
 
 
 def test_a_reply_whose_tokens_cannot_be_told_apart_says_so_instead_of_recording_wrong_steps():
-    from backends.remote_tokens import TokenMaker, UnalignedError, Vocab, _Cand, _Entry
+    from backends.remote.tokens import TokenMaker, UnalignedError, Vocab, _Cand, _Entry
 
     def e(*tops: str) -> _Entry:
         cands = tuple(_Cand(None, t.encode(), -1.0 - i) for i, t in enumerate(tops))
@@ -587,7 +587,7 @@ def test_a_reply_whose_tokens_cannot_be_told_apart_says_so_instead_of_recording_
                                       SamplerSettings(temperature=0.7, top_k=5, min_p=0.1, repetition_penalty=1.1,
                                                       frequency_penalty=0.2, max_tokens=3, seed=4, stop=("\n",))])
 def test_view_code_shows_the_request_a_run_sends(settings):
-    from app.core.codegen import CodeRequest, openai_json
+    from app.core.codegen.snippets import CodeRequest, openai_json
 
     with fake_server(stream_tokens(3)) as srv:
         spec = ModelSpec(source="", backend="remote", base_url=srv.url)

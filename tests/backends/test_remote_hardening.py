@@ -14,9 +14,9 @@ from contextlib import closing, contextmanager
 
 import pytest
 
-from backends.remote import End, RemoteError, RemoteModel, _lines, normalize_url, sse_events, where
-from backends.remote_http import redact
-from backends.remote_tokens import MalformedError, Token
+from backends.remote.backend import End, RemoteError, RemoteModel, _lines, normalize_url, sse_events, where
+from backends.remote.http import redact
+from backends.remote.tokens import MalformedError, Token
 from tests.remote_fake import TOKENS, Handler, chunk, entry, fake_server, stream_tokens
 
 KEY = "sk-live-5ecretKEY0123456789abcdef"
@@ -150,7 +150,7 @@ def test_an_api_key_no_header_can_carry_is_refused_without_showing_it():
 
 
 def test_the_cli_never_prints_the_password(monkeypatch, capsys):
-    from app.cli import main
+    from app.cli.main import main
 
     serving_models(monkeypatch, lambda h: echo_auth(h, {}))
     with fake_server(stream_tokens(1)) as srv:
@@ -165,7 +165,7 @@ def test_the_cli_never_prints_the_password(monkeypatch, capsys):
 
 
 def test_redact_finds_a_secret_however_it_is_written():
-    from backends.remote import keep_secret
+    from backends.remote.backend import keep_secret
 
     keep_secret(KEY)
     for text in (f"a {KEY} b", f"a {KEY.upper()} b", f"{KEY}{KEY}", f"cut: {KEY[:10]}", f"k={KEY[:20]}",
@@ -203,7 +203,7 @@ def test_good_urls_are_normalized_and_named_without_their_login():
 
 @pytest.mark.parametrize("url", ["http://[::1/v1", "http://127.0.0.1:99999/v1", "http://exa mple:8000/v1"])
 def test_cli_models_on_a_bad_url_is_one_line(url: str, capsys):
-    from app.cli import main
+    from app.cli.main import main
 
     assert main(["models", "--base-url", url]) in (1, 2)  # (2: refused as the flag is read)
     err = capsys.readouterr().err
@@ -374,7 +374,7 @@ def test_a_failing_model_list_names_the_endpoint_its_status_and_the_next_step(mo
 
 
 def test_cli_models_on_a_crashing_server_says_what_failed_and_what_to_do(monkeypatch, capsys):
-    from app.cli import main
+    from app.cli.main import main
 
     serving_models(monkeypatch, close_at_once)
     with fake_server(stream_tokens(1)) as srv:
@@ -505,7 +505,7 @@ def test_a_key_is_kept_under_the_base_url_without_its_password_and_is_redacted()
     import keyring
     from keyring.backends import fail
 
-    from app.core import secrets
+    from app.core.remote import secrets
 
     before = keyring.get_keyring()
     keyring.set_keyring(fail.Keyring())  # (no keychain: the session keeps it, under the same name)

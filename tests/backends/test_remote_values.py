@@ -16,15 +16,15 @@ from contextlib import closing, contextmanager
 
 import pytest
 
-from app.core.beam_run import BeamRequest
 from app.core.events import Failed
-from app.core.model_thread import ModelThread
-from app.core.models import ModelSpec
-from app.core.remote_run import load_remote, served_models
-from app.core.server_request import OPENAI
-from app.core.trace import RunTrace
-from backends.remote import End, RemoteError, RemoteModel, where
-from backends.remote_tokens import MAX_ID, Token
+from app.core.models.sources import ModelSpec
+from app.core.record.trace import RunTrace
+from app.core.remote.remote_run import load_remote, served_models
+from app.core.remote.server_request import OPENAI
+from app.core.runs.beam_run import BeamRequest
+from app.core.runs.model_thread import ModelThread
+from backends.remote.backend import End, RemoteError, RemoteModel, where
+from backends.remote.tokens import MAX_ID, Token
 from tests.remote_fake import Handler, chunk, fake_server, stream_tokens, trickle
 
 MARGIN_S = 10.0  # a limit of about 1 s must have ended the request within this
@@ -141,7 +141,7 @@ def test_a_token_id_that_no_record_holds_is_refused_naming_it(token_id):
 
 
 def test_a_token_id_past_int32_ends_the_cli_run_in_one_line(capsys):
-    from app.cli import main
+    from app.cli.main import main
 
     with fake_server(sending({"text": "a", "logprobs": {"content": [chat_entry(id=2**40)]}})) as srv:
         code = main(["generate", "--base-url", srv.url, "--model", "fake-model", "--prompt", "x"])
@@ -150,7 +150,7 @@ def test_a_token_id_past_int32_ends_the_cli_run_in_one_line(capsys):
 
 
 def test_the_largest_token_id_and_a_log_probability_of_minus_infinity_are_recorded_and_reopen(tmp_path):
-    from app.cli import main
+    from app.cli.main import main
 
     raw = json.dumps({"choices": [{"index": 0, "text": "a", "logprobs": {"content": [{
         "token": "a", "logprob": -0.25, "id": MAX_ID, "top_logprobs": [
@@ -229,7 +229,7 @@ def test_beam_search_on_a_server_is_refused_without_waiting_for_its_model_list()
 
 # 5. time: a request's deadline, set with --deadline ----------------------------------------------------------------
 def test_a_server_sending_a_byte_at_a_time_ends_the_cli_run_at_the_deadline(capsys, tmp_path):
-    from app.cli import main
+    from app.cli.main import main
 
     with fake_server(trickle(after=2)) as srv:
         t0 = time.monotonic()
@@ -243,7 +243,7 @@ def test_a_server_sending_a_byte_at_a_time_ends_the_cli_run_at_the_deadline(caps
 
 
 def test_a_model_list_trickling_ends_at_the_deadline(capsys):
-    from app.cli import main
+    from app.cli.main import main
 
     def slow(h: Handler) -> None:
         h.send_response(200)
@@ -262,7 +262,7 @@ def test_a_model_list_trickling_ends_at_the_deadline(capsys):
 
 
 def test_a_deadline_without_a_server_is_refused(capsys):
-    from app.cli import main
+    from app.cli.main import main
 
     assert main(["models", "--deadline", "5"]) == 2
     assert "--deadline is for a server: give its --base-url too" in capsys.readouterr().err
@@ -270,7 +270,7 @@ def test_a_deadline_without_a_server_is_refused(capsys):
 
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "soon", "1e9"])
 def test_a_deadline_that_is_no_time_limit_is_refused_as_the_flag_is_read(value: str, capsys):
-    from app.cli import main
+    from app.cli.main import main
 
     with pytest.raises(SystemExit) as e:
         main(["generate", "--base-url", "http://127.0.0.1:9/v1", "--prompt", "x", f"--deadline={value}"])

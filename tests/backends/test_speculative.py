@@ -17,13 +17,14 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
+from app.core.decoding.generation import generate
+from app.core.decoding.speculative import K_START, Speculation, final_probs, prefill, speculate
 from app.core.events import Drafted, Failed, Finished, Request, Speculated, Step
-from app.core.generation import generate
-from app.core.model_thread import ModelThread
-from app.core.models import BUILTIN_NAME, BUILTIN_PATH, ModelSpec
+from app.core.models.sources import BUILTIN_NAME, BUILTIN_PATH, ModelSpec
+from app.core.runs.model_thread import ModelThread
+from app.core.runs.speculative_run import run_speculative
+from app.core.sampler.step_view import resample_step
 from app.core.settings import SamplerSettings
-from app.core.speculative import K_START, Speculation, final_probs, prefill, speculate
-from app.core.speculative_run import run_speculative
 from backends import get_backend
 from backends.base import LoadOptions, ModelLoadError
 
@@ -108,7 +109,7 @@ def test_each_steps_record_redraws_its_token_under_the_runs_settings(pair):
     settings = SamplerSettings(temperature=0.9, top_k=30, seed=5, max_tokens=12)
     [fin] = [e for e in speculative(target, draft, settings, ignore_eos=True) if isinstance(e, Finished)]
     for i, st in enumerate(fin.trace.steps):
-        assert fin.trace.resample(i, settings).token == st.token_id
+        assert resample_step(fin.trace, i, settings).token == st.token_id
 
 
 def test_both_caches_hold_exactly_the_tokens_kept_after_every_round(pair):

@@ -9,14 +9,13 @@ import threading
 import numpy as np
 import pytest
 
+from app.core.decoding.generation import generate
 from app.core.events import Finished, Request, Step
-from app.core.generation import generate
-from app.core.models import BUILTIN_PATH
-from app.core.pipeline import History
-from app.core.record import Sample
-from app.core.sampling import sample
-from app.core.settings import SamplerSettings
-from app.core.stages import (
+from app.core.models.sources import BUILTIN_PATH
+from app.core.record.record import Sample
+from app.core.sampler.pipeline import History
+from app.core.sampler.sampling import sample
+from app.core.sampler.stages import (
     apply_epsilon_cutoff,
     apply_eta_cutoff,
     apply_typical_p,
@@ -24,6 +23,7 @@ from app.core.stages import (
     dry_breaker_ids,
     dry_penalties,
 )
+from app.core.settings import SamplerSettings
 from backends import get_backend, installed
 from backends.base import LoadOptions
 from backends.ops import NUMPY

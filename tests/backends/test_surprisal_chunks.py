@@ -9,8 +9,8 @@ import threading
 import numpy as np
 import pytest
 
-from app.core.prefill import FIRST_CHUNK, MAX_CHUNK
-from app.core.surprisal import HOST_BYTES, log_softmax, most_positions, score, top_k
+from app.core.decoding.prefill import FIRST_CHUNK, MAX_CHUNK
+from app.core.decoding.surprisal import HOST_BYTES, log_softmax, most_positions, score, top_k
 
 IDS = tuple(range(1, 300)) * 4  # 1,196 tokens: 19 of the old fixed 64-position chunks
 

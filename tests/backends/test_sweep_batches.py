@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from app.compare_cli import SweepPlan, cell_batches, sweep_to_terminal
-from app.core.compare import make_grid, parse_axis
+from app.cli.compare import SweepPlan, cell_batches, sweep_to_terminal
+from app.core.compare.statistics import make_grid, parse_axis
 from app.core.events import Request
-from app.core.models import ModelSpec
+from app.core.models.sources import ModelSpec
 from app.core.settings import SamplerSettings
 
 

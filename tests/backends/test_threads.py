@@ -54,7 +54,7 @@ def torch_threads(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
 
 
 def load(path: Path, **options: object) -> object:
-    from backends.torch_backend import TorchBackend
+    from backends.torch.backend import TorchBackend
 
     return TorchBackend().load(path, LoadOptions(device="cpu", dtype="float32", **options))
 
@@ -75,7 +75,7 @@ def test_loading_with_threads_sets_that_count(tiny_path: Path, torch_threads):
 def test_a_model_above_the_line_gets_torchs_default(tiny_path: Path, torch_threads,
                                                     monkeypatch: pytest.MonkeyPatch):
     import backends.threads
-    from backends.torch_backend import DEFAULT_THREADS
+    from backends.torch.backend import DEFAULT_THREADS
 
     monkeypatch.setattr(backends.threads, "SMALL_MODEL", 1_000)  # the tiny model counts as large
     torch_threads.set_num_threads(1)
@@ -92,7 +92,7 @@ def test_the_command_line_refuses_a_bad_count_in_one_line():
 
 
 def test_the_command_line_passes_threads_to_the_load_options():
-    from app.cli import generate_parser, spec_from
+    from app.cli.main import generate_parser, spec_from
 
     assert spec_from(generate_parser().parse_args(["--threads", "3"])).options.threads == 3
     assert spec_from(generate_parser().parse_args([])).options.threads is None

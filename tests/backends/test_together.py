@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from app.core.decoding.generation import Prefix, PromptError, generate
+from app.core.decoding.together import generate_together
 from app.core.events import Finished, Prefilled, Request, Step
-from app.core.generation import Prefix, PromptError, generate
 from app.core.settings import SamplerSettings
-from app.core.together import generate_together
 from tests.records import assert_same_record
 
 PROMPT = "def add(a, b):\n    return a + b\n\nfor i in range(10):"

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from app.core.catalog import estimate_memory
 from app.core.events import Failed, Finished, Loaded, Prefilled, Request, Step
-from app.core.model_thread import ModelThread
-from app.core.models import ModelSpec
+from app.core.models.catalog import estimate_memory
+from app.core.models.sources import ModelSpec
+from app.core.runs.model_thread import ModelThread
 from app.core.settings import SamplerSettings
 from tests.records import assert_same_record
 from tests.remote_fake import fake_server, stream_tokens

@@ -1,4 +1,4 @@
-"""The compiled decode step (`backends/torch_static.py`), checked on a CPU: it compiles whole, its logits are the
+"""The compiled decode step (`backends/torch/static.py`), checked on a CPU: it compiles whole, its logits are the
 eager forward's, its call takes only the step's small tensors (so CUDA graphs cannot be skipped for mutated
 inputs), its batched rows are the single rows, and a record read one step late is the record read at once."""
 
@@ -10,8 +10,8 @@ import threading
 import numpy as np
 import pytest
 
+from app.core.decoding.generation import generate
 from app.core.events import Request, Step
-from app.core.generation import generate
 from app.core.settings import SamplerSettings
 from backends.base import LoadOptions
 
@@ -19,8 +19,8 @@ torch = pytest.importorskip("torch")
 
 from torch._dynamo.utils import counters  # noqa: E402 - after the skip
 
-from backends.torch_backend import TorchBackend, TorchOps  # noqa: E402
-from backends.torch_static import BATCH_SIZES, StaticStep  # noqa: E402
+from backends.torch.backend import TorchBackend, TorchOps  # noqa: E402
+from backends.torch.static import BATCH_SIZES, StaticStep  # noqa: E402
 
 STATIC_LEN = 48
 PROMPT = [5, 17, 42, 9]
@@ -173,8 +173,8 @@ def test_the_bench_fails_loudly_when_inductor_skips_our_cuda_graph(capsys):
     """A skip, as inductor reports it (its own function), is filed under the bench's phase; ours fail the bench."""
     from torch._inductor.cudagraph_utils import log_cudagraph_skip_and_bump_counter
 
-    from app.bench import Phase, graphs_verdict
-    from app.bench_table import graph_report, print_graphs
+    from app.cli.bench import Phase, graphs_verdict
+    from app.cli.bench_table import graph_report, print_graphs
     from backends.baselines import watch_graph_skips
 
     reason = "skipping cudagraphs due to mutated inputs (44 instances)"

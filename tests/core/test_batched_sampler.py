@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.batch_sampling import PendingBatch, PendingRows, start_samples
-from app.core.decoding import Row, start_rows
-from app.core.pipeline import History
-from app.core.sampling import NoValidTokenError, start_sample
+from app.core.decoding.loop import Row, start_rows
+from app.core.sampler.batch_sampling import PendingBatch, PendingRows, start_samples
+from app.core.sampler.pipeline import History
+from app.core.sampler.sampling import NoValidTokenError, start_sample
 from app.core.settings import SamplerSettings
 from backends.ops import NUMPY, NumpyOps
 from tests.batched_sampler_cases import any_stages, assert_batch_equals_rows

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.export import describe, order_text
+from app.core.record.export import describe, order_text
 from app.core.settings import ENGINE_CHAINS, SamplerSettings, StageOrder, parse_order
 
 

@@ -11,17 +11,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.core import session_file
-from app.core.beam import BeamSettings
-from app.core.compare import compile_pattern, is_json, parse_axis
+from app.core.compare.prompt_sets import read_prompt_set
+from app.core.compare.statistics import compile_pattern, is_json, parse_axis
+from app.core.decoding.beam import BeamSettings
+from app.core.decoding.generation import MAX_CHARS_PER_TOKEN, PromptError, check_length
 from app.core.events import Message, Request
 from app.core.files import json_number, typed
-from app.core.generation import MAX_CHARS_PER_TOKEN, PromptError, check_length
-from app.core.logit_bias import check_ids, parse_entry, typed_token
-from app.core.prompt_sets import read_prompt_set
+from app.core.record.trace import RunTrace, Sample, StepTrace
+from app.core.record.trace_file import TraceFormatError
+from app.core.sampler.logit_bias import check_ids, parse_entry, typed_token
+from app.core.session import session_file
 from app.core.settings import SamplerSettings, SettingsError
-from app.core.trace import RunTrace, Sample, StepTrace
-from app.core.trace_file import TraceFormatError
 
 DEEP = "[" * 100_000
 

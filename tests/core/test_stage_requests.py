@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import re
 
-from app.core.codegen import CodeRequest, llama_cpp, llama_cpp_body, mlx_lm, openai_json, transformers
-from app.core.server_request import DIALECTS, OPENAI, request_fields
+from app.core.codegen.snippets import CodeRequest, llama_cpp, llama_cpp_body, mlx_lm, openai_json, transformers
+from app.core.remote.server_request import DIALECTS, OPENAI, request_fields
 from app.core.settings import SamplerSettings, parse_order
 
 MORE = SamplerSettings(temperature=0.7, top_k=30, typical_p=0.9, xtc_probability=0.3, xtc_threshold=0.15,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from app.core.models import BUILTIN_PATH
+from app.core.models.sources import BUILTIN_PATH
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [
@@ -45,11 +45,11 @@ def run(exe: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 def greedy_first_token(path: Path, prompt: str) -> int:
     """The token the installed app draws greedily: what the bundle must draw too."""
+    from app.core.decoding.generation import generate
     from app.core.events import Request, Step
-    from app.core.generation import generate
     from app.core.settings import SamplerSettings
     from backends.base import LoadOptions
-    from backends.torch_backend import TorchBackend
+    from backends.torch.backend import TorchBackend
 
     model = TorchBackend().load(path, LoadOptions(device="cpu", dtype="float32"))
     request = Request(prompt=prompt, settings=SamplerSettings(temperature=0, max_tokens=1))

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from app.core.record.trace import RunTrace
 from app.core.settings import FIELDS
-from app.core.trace import RunTrace
 from backends import installed
 
 ENV = {**os.environ, "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TRANSFORMERS_VERBOSITY": "error",
@@ -167,7 +167,7 @@ def test_bench_reports_ratios_against_the_baseline_of_the_same_run(tiny_path: Pa
 def test_compile_asks_the_loader_for_a_static_cache():
     """`--compile` reaches the loader; the compiled path itself is tested on a real model in tests/backends
     (a compile through the CLI's 1,024-position cache costs ~50 s here)."""
-    from app.cli import COMPILE_LEN, generate_parser, spec_from
+    from app.cli.main import COMPILE_LEN, generate_parser, spec_from
 
     on = spec_from(generate_parser().parse_args(["--compile"]))
     off = spec_from(generate_parser().parse_args([]))
@@ -189,8 +189,8 @@ def test_a_saved_run_opens_in_the_window_with_no_model(tiny_path: Path, tmp_path
 
 
 def test_the_windows_own_session_file_opens_and_a_damaged_one_is_one_line(tmp_path: Path):
-    from app.core.session_file import SavedRun, SavedSession, save
-    from tests.core.test_trace import make_run
+    from app.core.session.session_file import SavedRun, SavedSession, save
+    from tests.core.record.test_trace import make_run
 
     session, shot = tmp_path / "mine.jsonl", tmp_path / "shot.png"
     save(SavedSession(prompt="def f():", runs=(SavedRun("first", make_run(steps=3)),), shown=4), session)
@@ -217,8 +217,8 @@ def test_models_lists_the_builtin_model_first_as_the_picker_does(tmp_path: Path)
 
 
 def test_help_names_every_command_and_explains_every_flag():
-    from app.bench import parser as bench_parser
-    from app.cli import generate_parser, models_parser, window_parser
+    from app.cli.bench import parser as bench_parser
+    from app.cli.main import generate_parser, models_parser, window_parser
 
     usage = logitlab("--help").stdout.split("\n\n")[0]
     for command in ("generate", "bench", "models"):
@@ -253,7 +253,7 @@ def test_compile_keeps_standard_error_for_the_user(tiny_path: Path, tmp_path: Pa
 # Issue 20: one range per flag, one line per error, what was not measured, sample order ------------------------
 def run_main(capsys, *argv: str) -> tuple[int, str, list[str]]:
     """`logitlab ARGV` in this process: its exit code, standard output and standard error's lines."""
-    from app.cli import main
+    from app.cli.main import main
 
     try:
         code = main(list(argv))
@@ -270,7 +270,7 @@ def one_error_line(err: list[str]) -> str:
 
 @pytest.mark.parametrize("field", [f.name for f in FIELDS])
 def test_a_sampler_flag_has_one_range_in_its_help_its_error_and_the_window(capsys, field: str):
-    from app.cli import generate_parser
+    from app.cli.main import generate_parser
     from app.core.settings import FIELD_BY_NAME
 
     f = FIELD_BY_NAME[field]
@@ -326,7 +326,7 @@ def test_bench_past_the_models_context_is_one_line(capsys):
 
 
 def test_stop_reads_backslash_escapes_as_the_window_does(capsys):
-    from app.cli import generate_parser, settings_from
+    from app.cli.main import generate_parser, settings_from
     from app.core.settings import write_escapes
 
     args = generate_parser().parse_args(["--stop", r"\n", "--stop", r"a\tb", "--stop", r"\\n"])
@@ -345,8 +345,8 @@ def test_models_help_lists_the_local_and_the_server_flags(capsys):
 
 
 def test_compile_says_what_it_costs():
-    from app.bench import parser as bench_parser
-    from app.cli import generate_parser
+    from app.cli.bench import parser as bench_parser
+    from app.cli.main import generate_parser
 
     for p in (generate_parser(), bench_parser()):
         helped = next(a.help for a in p._actions if "--compile" in a.option_strings)
@@ -354,7 +354,7 @@ def test_compile_says_what_it_costs():
 
 
 def test_json_never_holds_nan_or_infinity():
-    from app.arguments import to_json
+    from app.cli.arguments import to_json
 
     text = to_json({"a": float("nan"), "b": [1.5, float("-inf"), {"c": float("inf")}], "d": (2, "x")})
     assert json.loads(text) == {"a": None, "b": [1.5, None, {"c": None}], "d": [2, "x"]}
@@ -415,8 +415,8 @@ def test_bench_prompts_without_transformers_warning_of_the_context(capfd):
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    from app.bench import make_prompt
-    from app.core.models import BUILTIN_PATH
+    from app.cli.bench import make_prompt
+    from app.core.models.sources import BUILTIN_PATH
 
     tok = AutoTokenizer.from_pretrained(str(BUILTIN_PATH))  # its context: 1,024 tokens; the prompt's text: ~20k
     before = hf_logging.get_verbosity()
@@ -434,8 +434,8 @@ def test_bench_saves_a_random_model_without_a_progress_bar(capfd, monkeypatch):
 
     from transformers.utils import logging as hf_logging
 
-    from app import bench
-    from app.core.models import BUILTIN_PATH
+    from app.cli import bench
+    from app.core.models.sources import BUILTIN_PATH
 
     monkeypatch.setitem(bench.RANDOM_CONFIGS, "tiny", {"hidden_size": 32, "intermediate_size": 64,
                                                        "num_hidden_layers": 1, "num_attention_heads": 2,
@@ -458,8 +458,8 @@ def test_bench_saves_a_random_model_without_a_progress_bar(capfd, monkeypatch):
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_benchs_random_model_loads_on_whichever_backend_is_installed(dtype, monkeypatch, tmp_path):
     """Made without a framework (numpy, one tensor at a time): an mlx-only install benches it too."""
-    from app import bench
-    from app.core.models import BUILTIN_PATH
+    from app.cli import bench
+    from app.core.models.sources import BUILTIN_PATH
     from backends import get_backend
     from backends.base import LoadOptions
     from tests.tiny import LOCAL_BACKENDS

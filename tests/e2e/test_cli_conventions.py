@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app.core.models import BUILTIN_DRAFT_PATH
+from app.core.models.sources import BUILTIN_DRAFT_PATH
 from app.core.settings import FIELD_BY_NAME
 from tests.e2e.test_cli import logitlab, one_error_line, run_main
 

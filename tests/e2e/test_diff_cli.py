@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from app.core.models import BUILTIN_PATH, ModelSpec
-from app.core.quant_diff import DiffRequest, run_diff
+from app.core.decoding.quant_diff import DiffRequest, run_diff
+from app.core.models.sources import BUILTIN_PATH, ModelSpec
 from backends import get_backend
 from backends.base import LoadOptions
 from tests.e2e.test_cli import logitlab

@@ -89,7 +89,7 @@ def test_a_prompt_file_that_never_ends_is_refused_without_filling_memory(capsys)
 
 
 def test_a_prompt_files_byte_order_mark_is_no_part_of_the_prompt():
-    from app.arguments import utf8
+    from app.cli.arguments import utf8
 
     assert utf8("\ufeffimport os".encode(), "p.txt") == "import os" == utf8(b"import os", "p.txt")
 
@@ -197,7 +197,7 @@ def test_a_trace_to_a_folder_or_a_full_device_is_one_line_on_every_path(tmp_path
 # 4. the compile cache -----------------------------------------------------------------------------------------
 @pytest.mark.needs("torch")
 def test_a_file_where_the_compile_cache_goes_is_a_warning_not_an_error(tmp_path: Path, monkeypatch, caplog):
-    from backends import torch_static
+    from backends.torch import static as torch_static
 
     (tmp_path / "logitlab").mkdir()
     file = tmp_path / "logitlab" / "torchinductor"

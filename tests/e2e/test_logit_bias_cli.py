@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.core.models import BUILTIN_PATH
-from app.core.trace import RunTrace
+from app.core.models.sources import BUILTIN_PATH
+from app.core.record.trace import RunTrace
 from backends.base import LoadOptions
-from backends.hf_tokenizer import load_tokenizer
+from backends.hf.tokenizer import load_tokenizer
 from tests.e2e.test_cli import logitlab, one_error_line, run_main
 
 pytestmark = pytest.mark.needs("torch")  # these runs ask for the torch backend by name

@@ -20,8 +20,8 @@ NO_DISPLAY = {k: v for k, v in ENV.items() if k not in ("DISPLAY", "WAYLAND_DISP
 @pytest.fixture
 def saved_session(tmp_path: Path) -> Path:
     """A session file of one run: a screenshot of it loads no model."""
-    from app.core.session_file import SavedRun, SavedSession, save
-    from tests.core.test_trace import make_run
+    from app.core.session.session_file import SavedRun, SavedSession, save
+    from tests.core.record.test_trace import make_run
 
     path = tmp_path / "session.jsonl"
     save(SavedSession(prompt="def f():", runs=(SavedRun("first", make_run(steps=3)),), shown=4), path)
@@ -35,7 +35,7 @@ def user_preferences(tmp_path: Path, qapp) -> tuple[dict, Path]:  # (qapp: a QAp
     from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QWidget
 
-    from app.ui.preferences import Preferences
+    from app.ui.files.preferences import Preferences
 
     path = tmp_path / "config" / "logitlab" / "preferences.ini"
     small = QWidget()

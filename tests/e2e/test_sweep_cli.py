@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from app.core.compare import compare
-from app.core.trace import RunTrace
+from app.core.compare.statistics import compare
+from app.core.record.trace import RunTrace
 from tests.e2e.test_cli import logitlab
 
 pytestmark = pytest.mark.needs("torch")  # these runs ask for the torch backend by name

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import QSettings
 
-from app.core.models import ModelSpec
+from app.core.models.sources import ModelSpec
+from app.ui.files.sessions import Sessions
 from app.ui.main_window import MainWindow
-from app.ui.sessions import Sessions
 from backends import installed
 from tests.tiny import LOCAL_BACKENDS
 

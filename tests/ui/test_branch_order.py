@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from app.core.settings import SamplerSettings, parse_order
-from app.ui.branch_tree import settings_diff
 from app.ui.main_window import MainWindow
+from app.ui.run_view.branch_tree import settings_diff
 
 RUN_TIMEOUT = 60_000
 

@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import QSettings
 
-from app.core.models import ModelSpec
+from app.core.models.sources import ModelSpec
 from app.ui.main_window import MainWindow
-from app.ui.model_bar import COMPILE_COST
+from app.ui.panels.model_bar import COMPILE_COST
 from backends.base import LoadOptions
 from tests.ui.conftest import RUN_TIMEOUT
 
 pytest.importorskip("torch")
 
-from backends import torch_static  # after the skip (it imports torch)
+from backends.torch import static as torch_static  # after the skip (it imports torch)
 
 SHOTS = os.environ.get("LOGITLAB_SHOTS")  # a folder: the status while compiling is saved there, at 900x600
 

@@ -8,12 +8,12 @@ from dataclasses import replace
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
 
-from app.core.edits import EDIT
-from app.ui.branch_tree import RUN_ID
+from app.core.session.edits import EDIT
 from app.ui.formatting import INHERITED
 from app.ui.main_window import MainWindow
-from app.ui.output_editor import EDITED, EDITED_BACKGROUND, OutputEditor
-from app.ui.token_view import TokenText
+from app.ui.run_view.branch_tree import RUN_ID
+from app.ui.run_view.output_editor import EDITED, EDITED_BACKGROUND, OutputEditor
+from app.ui.run_view.token_view import TokenText
 
 RUN_TIMEOUT = 60_000
 SHADE = QColor(120, 200, 120, 160)

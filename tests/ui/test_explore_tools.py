@@ -14,11 +14,11 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication, QImage
 
-from app.core.export import CANDIDATE_COLUMNS, STEP_COLUMNS
-from app.core.presets import PresetStore, default_path
+from app.core.record.export import CANDIDATE_COLUMNS, STEP_COLUMNS
+from app.core.record.trace import RunTrace
+from app.core.sampler.presets import PresetStore, default_path
 from app.core.settings import StageOrder
-from app.core.trace import RunTrace
-from tests.core.test_export import spans_of
+from tests.core.record.test_export import spans_of
 
 RUN_TIMEOUT = 60_000
 
@@ -83,7 +83,7 @@ def test_changing_a_shipped_preset_is_refused_with_one_line(qtbot, window):
 
 
 def test_a_damaged_presets_file_is_reported_at_start_and_never_overwritten(qtbot, tiny_path, store, data_home):
-    from app.core.models import ModelSpec
+    from app.core.models.sources import ModelSpec
     from app.ui.main_window import MainWindow
 
     path = default_path()

@@ -11,9 +11,9 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QMenu
 
 import app
-from app.core.export import describe
-from app.ui.about import LIBRARIES, AboutDialog, ShortcutsDialog
-from app.ui.clipboard import fenced
+from app.core.record.export import describe
+from app.ui.files.about import LIBRARIES, AboutDialog, ShortcutsDialog
+from app.ui.files.clipboard import fenced
 from tests.ui.conftest import RUN_TIMEOUT
 
 

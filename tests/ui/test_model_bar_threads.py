@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.ui.model_bar import ModelBar
+from app.ui.panels.model_bar import ModelBar
 from backends import installed
 from tests.ui.conftest import RUN_TIMEOUT, needs_torch
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from app.core.metrics import Metrics
 from app.core.settings import FIELDS, SamplerSettings
-from app.ui.panels import MetricsStrip, ModelCard
-from app.ui.sampler_panel import BOX_MAX, SamplerPanel
-from backends.remote import remote_info
+from app.ui.panels.info import MetricsStrip, ModelCard
+from app.ui.panels.sampler_panel import BOX_MAX, SamplerPanel
+from backends.remote.backend import remote_info
 
 
 def shown(strip: MetricsStrip) -> dict[str, str]:

@@ -8,11 +8,11 @@ import math
 
 from app.core.events import Request, Step
 from app.core.metrics import Metrics, prefill_rate
-from app.core.record import SCALARS
-from app.core.trace import Sample, StepTrace
+from app.core.record.record import SCALARS
+from app.core.record.trace import Sample, StepTrace
+from app.ui.charts.timeline import MARK_ROW, TimelineChart
 from app.ui.formatting import token_count
-from app.ui.panels import MetricsStrip
-from app.ui.timeline import MARK_ROW, TimelineChart
+from app.ui.panels.info import MetricsStrip
 
 
 def text(strip: MetricsStrip, key: str) -> str:

@@ -9,14 +9,14 @@ import re
 import numpy as np
 from PySide6.QtGui import QColor
 
-from app.cli import spec_from, window_parser
-from app.core.export import shade, shade_rgba
-from app.core.models import ModelSpec
-from app.core.server_request import SERVER_NOTES
+from app.cli.main import spec_from, window_parser
+from app.core.models.sources import ModelSpec
+from app.core.record.export import shade, shade_rgba
+from app.core.remote.server_request import SERVER_NOTES
 from app.ui.formatting import format_prob
 from app.ui.main_window import MainWindow
-from app.ui.model_bar import ModelBar
-from app.ui.sampler_panel import SamplerPanel
+from app.ui.panels.model_bar import ModelBar
+from app.ui.panels.sampler_panel import SamplerPanel
 from tests.remote_fake import Handler, chunk, entry, fake_server, stream_tokens
 from tests.ui.conftest import RUN_TIMEOUT
 

@@ -10,16 +10,16 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import QSettings, Qt
 
-from app.core import session_file
-from app.core.models import ModelSpec
-from app.ui.autosave import AUTOSAVE_MS
+from app.core.models.sources import ModelSpec
+from app.core.session import session_file
+from app.ui.files.autosave import AUTOSAVE_MS
 from app.ui.main_window import MainWindow
-from app.ui.speculative_view import COLUMNS, run_name
+from app.ui.tools.speculative_view import COLUMNS, run_name
 from tests.tiny import make_model
 from tests.ui.conftest import RUN_TIMEOUT, WINDOW_BACKEND
-from tests.ui.test_beam_view import open_dock, run_search
-from tests.ui.test_samples_view import sampled, shown_rows
-from tests.ui.test_sweep_view import sweep_window
+from tests.ui.tools.test_beam_view import open_dock, run_search
+from tests.ui.tools.test_samples_view import sampled, shown_rows
+from tests.ui.tools.test_sweep_view import sweep_window
 
 
 @pytest.fixture

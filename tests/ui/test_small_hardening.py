@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import QSettings
 
-from app.cli import main as cli_main
-from app.core.models import ModelSpec
+from app.cli.main import main as cli_main
+from app.core.models.sources import ModelSpec
 from app.core.settings import SamplerSettings
+from app.ui.files.preferences import Preferences, default_path
 from app.ui.main_window import MainWindow
-from app.ui.model_bar import ModelBar
-from app.ui.panels import ModelCard
-from app.ui.preferences import Preferences, default_path
-from app.ui.prompt_editor import SERVER_COUNT, SERVER_SCORE
+from app.ui.panels.info import ModelCard
+from app.ui.panels.model_bar import ModelBar
+from app.ui.panels.prompt_editor import SERVER_COUNT, SERVER_SCORE
 from backends import installed
 from backends.base import LoadOptions
 from tests.remote_fake import fake_server, stream_tokens

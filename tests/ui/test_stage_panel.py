@@ -8,11 +8,11 @@ import json
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QToolButton
 
-from app.core.presets import SHIPPED
+from app.core.sampler.presets import SHIPPED
 from app.core.settings import ENGINE_CHAINS, FIELDS, SamplerSettings, StageOrder, parse_order
-from app.ui.editing_state import EditingState
-from app.ui.sampler_panel import SamplerPanel
-from app.ui.sliders import LabeledSlider
+from app.ui.panels.sampler_panel import SamplerPanel
+from app.ui.panels.sliders import LabeledSlider
+from app.ui.viewmodel.editing_state import EditingState
 
 
 class Vocabulary:

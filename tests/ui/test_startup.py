@@ -15,20 +15,21 @@ import sys
 import pytest
 from PySide6.QtWidgets import QLabel
 
-from app.core.models import ModelSpec
-from app.ui.chart_host import ChartHost, LazyHost, TimelineHost
+from app.core.models.sources import ModelSpec
+from app.ui.charts.chart_host import ChartHost, LazyHost, TimelineHost
+from app.ui.charts.step_chart import StepChart
+from app.ui.charts.timeline import TimelineChart
 from app.ui.main_window import MainWindow
-from app.ui.step_chart import StepChart
-from app.ui.timeline import TimelineChart
 
 RUN_TIMEOUT = 60_000
 LATER = ("pyqtgraph", "superqt", "torch", "mlx", "transformers")
 # what the first paint does without: the model thread and what it runs (imported when it starts, after the paint)
-CORE_LATER = ("numpy", "psutil", "app.core.model_thread", "app.core.generation", "app.core.sampling",
-              "app.core.pipeline", "app.core.record", "app.core.trace", "app.core.trace_file", "app.core.branches",
-              "app.core.surprisal",
-              "app.core.remote_run", "app.core.catalog", "app.core.codegen", "app.core.secrets", "backends.remote",
-              "secrets", "hashlib", "datetime")  # (a branch's new seed; an autosave's time, offered back)
+CORE_LATER = ("numpy", "psutil", "app.core.runs.model_thread", "app.core.decoding.generation",
+              "app.core.sampler.sampling", "app.core.sampler.pipeline", "app.core.record.record",
+              "app.core.record.trace", "app.core.record.trace_file", "app.core.session.branches",
+              "app.core.decoding.surprisal", "app.core.remote.remote_run", "app.core.models.catalog",
+              "app.core.codegen.snippets", "app.core.remote.secrets", "backends.remote.backend", "secrets",
+              "hashlib", "datetime")  # (a branch's new seed; an autosave's time, offered back)
 
 # A fresh process: the window made and shown; "shown" is the first turn of the event loop after its first paint
 # (a zero timer posted from the window's paint event, as the charts' own are).
@@ -85,7 +86,7 @@ seen["hidden_after"] = hidden_built()
 seen["charts"] = [type(w.step_panel.chart.chart).__name__, type(w.timeline.chart).__name__]
 seen["pyqtgraph_after"] = "pyqtgraph" in sys.modules
 seen["worker_after"] = type(w.playground.worker).__name__ if w.playground._worker is not None else None
-seen["model_thread_after"] = "app.core.model_thread" in sys.modules
+seen["model_thread_after"] = "app.core.runs.model_thread" in sys.modules
 print(json.dumps(seen), flush=True)
 import os; os._exit(0)
 """

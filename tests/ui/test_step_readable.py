@@ -11,14 +11,14 @@ import re
 import numpy as np
 import pytest
 
-from app.core.pipeline import History
-from app.core.sampling import sample
+from app.core.record.trace import RunTrace, Sample, StepTrace
+from app.core.sampler.pipeline import History
+from app.core.sampler.sampling import sample
+from app.core.sampler.step_view import make_preview, stages_kept
 from app.core.settings import SamplerSettings, StageOrder
-from app.core.step_view import make_preview, stages_kept
-from app.core.trace import RunTrace, Sample, StepTrace
+from app.ui.charts.step_chart import StepChart
 from app.ui.formatting import format_prob, stage_strip
-from app.ui.step_chart import StepChart
-from app.ui.step_panel import StepPanel
+from app.ui.run_view.step_panel import StepPanel
 from backends.ops import NUMPY
 
 FILTERS = SamplerSettings(temperature=0.8, top_k=12, top_p=0.9, min_p=0.02)

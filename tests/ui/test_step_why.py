@@ -8,13 +8,13 @@ import math
 import numpy as np
 import pytest
 
-from app.core.pipeline import History
-from app.core.sampling import sample
+from app.core.record.trace import Sample
+from app.core.sampler.pipeline import History
+from app.core.sampler.sampling import sample
 from app.core.settings import SamplerSettings
-from app.core.trace import Sample
-from app.ui.charts import stage_style
+from app.ui.charts.shared import stage_style
+from app.ui.charts.step_chart import StepChart
 from app.ui.formatting import format_prob
-from app.ui.step_chart import StepChart
 from backends.ops import NUMPY
 
 VOCAB = 300

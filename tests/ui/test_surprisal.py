@@ -14,10 +14,10 @@ from PySide6.QtGui import QMouseEvent, QTextCursor
 from PySide6.QtWidgets import QApplication, QToolTip
 
 from app.core.events import Request, Scored
-from app.core.export import SHADES
+from app.core.record.export import SHADES
 from app.ui.formatting import format_logprob, format_prob, shown_piece, visible
 from app.ui.main_window import MainWindow
-from app.ui.surprisal_view import surprise_color, surprise_shade
+from app.ui.run_view.surprisal_view import surprise_color, surprise_shade
 
 RUN_TIMEOUT = 60_000
 PROMPT = "Hello world, this is a test"

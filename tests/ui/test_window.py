@@ -10,7 +10,7 @@ from PySide6.QtCore import QPoint, Qt, QTimer
 from PySide6.QtGui import QTextCursor
 
 from app.core.events import Request
-from app.core.models import ModelSpec
+from app.core.models.sources import ModelSpec
 from app.ui.main_window import MainWindow
 from tests.tiny import LOCAL_BACKENDS
 from tests.ui.conftest import WINDOW_BACKEND, needs_torch
@@ -205,7 +205,7 @@ def test_a_long_run_keeps_the_event_loop_responsive(qtbot, window):
 
 
 def test_the_model_picker_lists_the_hf_cache_and_validates_hub_ids(qtbot, tiny_path, tmp_path):
-    from app.ui.model_picker import ModelPicker
+    from app.ui.panels.model_picker import ModelPicker
     from tests.backends.test_model_files import place_in_hf_cache
 
     cache = tmp_path / "hub"

@@ -1,0 +1,288 @@
+"""Speculative decoding (Leviathan et al. 2023; Chen et al. 2023): a small draft model with the target's tokenizer
+proposes k tokens, the target scores them all in one forward over every position, and the rejection rule keeps
+a prefix of them: draft token x is accepted with probability min(1, p(x) / q(x)); at the first rejection a token
+is drawn from the normalized residual max(0, p - q) instead; after k acceptances the target draws one more. The
+output is then distributed exactly as the target's own sampling (greedy: the very same tokens).
+
+`speculate` is the token-level loop (rounds of `Turn`s, no text). p and q are the final distributions of the
+sampler pipeline (`pipeline.py`, on numpy) under the user's settings, penalties included; every uniform number
+comes from the run's one seeded generator. Both caches are trimmed to the tokens kept after each round. The
+request's events (text, steps, metrics) are `speculative_run.py`'s; loading the two models is `model_thread`'s.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from app.core.decoding.generation import common_prefix
+from app.core.decoding.prefill import chunks as prefill_chunks
+from app.core.record.record import Sample
+from app.core.record.spec_record import K_MAX, DraftToken, SpecRound
+from app.core.sampler.pipeline import Dist, History, make_stages, run_stages, sanitize
+from app.core.sampler.sampling import U_MAX, NoValidTokenError, sample
+from app.core.settings import SamplerSettings, SettingsError
+from backends.base import LoadedModel, ModelLoadError
+from backends.ops import NUMPY
+
+ADAPTIVE = 0  # draft_k 0: start at K_START, one more after a round that kept every draft, one fewer otherwise
+K_START = 4
+NO_UNIFORMS = NUMPY.f32([0.0, 0.0])  # the pipeline's per-step uniforms: no stage reads them once XTC is refused
+PROBES = ("def main(argv):\n    return 0\n", "Hello, world! naïve café 🙂 こんにちは", "  \t\n\n0123 x=y+1;")
+
+
+def final_probs(logits: np.ndarray, settings: SamplerSettings, history: History | None = None) -> np.ndarray:
+    """(V,) float32: the distribution the sampler pipeline draws from, for one position's logits."""
+    s, stages = _stages(settings, logits.shape[-1])
+    with np.errstate(all="ignore"):
+        raw = sanitize(NUMPY, logits)
+        hist = (history.context, history.generated) if history is not None else ()
+        cuts = run_stages(NUMPY, stages, s, raw, NO_UNIFORMS, *hist)
+        p = Dist(NUMPY, cuts[-1].x).p
+    if not np.isfinite(p).all():
+        raise NoValidTokenError("the model produced no finite logits (NaN or infinity): try float32")
+    return p
+
+
+@lru_cache(maxsize=16)
+def _stages(settings: SamplerSettings, vocab: int) -> tuple[SamplerSettings, list]:
+    """The settings' pipeline and its stages, made once per run rather than at every position."""
+    s = settings.pipeline()
+    return s, make_stages(s, vocab)
+
+
+def draw(probs: np.ndarray, u: float) -> int:
+    """The token whose CDF interval holds u (inverse CDF, in float32 as the pipeline's own draw)."""
+    cdf = np.cumsum(probs, dtype=np.float32)
+    return int(min(np.sum(cdf <= np.float32(min(u, U_MAX)) * cdf[-1]), probs.shape[0] - 1))
+
+
+def u_for(probs: np.ndarray, token: int) -> float:
+    """A uniform number that draws `token` from `probs` (the middle of its CDF interval): the step's record
+    then re-draws the token the rejection rule chose, under the same settings."""
+    cdf = np.cumsum(probs, dtype=np.float32)
+    lo = float(cdf[token - 1]) if token > 0 else 0.0
+    return (lo + float(cdf[token])) / 2 / float(cdf[-1])
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The rejection rule's outcome for one round."""
+
+    judged: tuple[bool, ...]  # accepted flags of the drafts judged: all True, or ending at the one False
+    token: int  # the target's own draw after the kept drafts
+    p_token: float  # its probability in what it was drawn from
+    residual: bool  # drawn from the residual (a rejection), else from the target's next distribution
+
+    @property
+    def kept(self) -> int:
+        return len(self.judged) - (not self.judged[-1] if self.judged else 0)
+
+
+def verify(p_rows: np.ndarray, q_rows: np.ndarray, drafts: Sequence[int], rng: np.random.Generator) -> Verdict:
+    """Judge `drafts` (k) with the target's distributions `p_rows` (k+1, V) and the draft's `q_rows` (k, V):
+    one uniform per judged draft, then one for the token drawn."""
+    judged: list[bool] = []
+    for i, x in enumerate(drafts):
+        p, q = float(p_rows[i, x]), float(q_rows[i, x])
+        if rng.random() * q < p:  # u < p / q
+            judged.append(True)
+            continue
+        judged.append(False)
+        res = np.maximum(p_rows[i].astype(np.float64) - q_rows[i], 0.0)
+        res = res / res.sum() if res.sum() > 0 else p_rows[i].astype(np.float64)  # (p == q up to rounding)
+        token = draw(res, rng.random())
+        return Verdict(tuple(judged), token, float(res[token]), True)
+    p = p_rows[len(drafts)]
+    token = draw(p, rng.random())
+    return Verdict(tuple(judged), token, float(p[token]), False)
+
+
+class Lane:
+    """One model's KV cache and the token ids it holds (always a prefix of the run's tokens between rounds)."""
+
+    def __init__(self, model: LoadedModel) -> None:
+        self.model, self.cache, self.held = model, model.new_cache(), []  # type: list[int]
+
+    def feed(self, tokens: Sequence[int], positions: str = "last") -> np.ndarray:
+        """Append `tokens`; their logits on the host: (V,) for "last", (T, V) for "all"."""
+        logits = self.model.forward([list(tokens)], self.cache, positions)
+        self.held.extend(tokens)
+        return np.asarray(self.model.ops.numpy(logits), dtype=np.float32)[0]
+
+    def fill(self, tokens: Sequence[int]) -> None:
+        """Append `tokens`, computed now (a prefill: their logits are not read)."""
+        logits = self.model.forward([list(tokens)], self.cache)
+        self.model.ops.sync([logits])
+        self.held.extend(tokens)
+
+    def keep(self, ids: Sequence[int]) -> None:
+        """Trim the cache to its longest prefix shared with `ids`."""
+        n = common_prefix(self.held, ids)
+        if n < len(self.held):
+            self.model.trim(self.cache, len(self.held) - n)
+            del self.held[n:]
+
+    @property
+    def length(self) -> int:
+        return self.model.cache_len(self.cache)
+
+
+def prefill(target: LoadedModel, draft: LoadedModel, ids: Sequence[int],
+            cancel: threading.Event | None = None) -> tuple[Lane, Lane] | None:
+    """Both models' caches holding all of `ids` but the last (which each round feeds); None if cancelled."""
+    lanes = Lane(target), Lane(draft)
+    for lane in lanes:
+        for i, j in prefill_chunks(0, len(ids) - 1):
+            if cancel is not None and cancel.is_set():
+                return None
+            lane.fill(ids[i:j])
+    return lanes
+
+
+@dataclass(frozen=True)
+class Turn:
+    """What one round adds: its record, the tokens kept, and per token the target's step record (None when not
+    recording), and how many draft forwards it took."""
+
+    round: SpecRound
+    tokens: tuple[int, ...]
+    samples: tuple[Sample | None, ...]
+    draft_forwards: int
+
+
+@dataclass
+class Speculation:
+    """A speculative run's state between rounds."""
+
+    target: Lane
+    draft: Lane
+    settings: SamplerSettings
+    rng: np.random.Generator
+    ids: list[int]  # the prompt and every token kept so far
+    prompt_len: int
+    k: int = K_START
+    adaptive: bool = False
+    rounds: int = 0
+
+    def history(self, extra: Sequence[int] = ()) -> History | None:
+        """Penalty counts at the position after the kept tokens and `extra` (None: no penalties)."""
+        if not self.settings.uses_penalties:
+            return None
+        return History.start(NUMPY, self.vocab, self.ids[: self.prompt_len], [*self.ids[self.prompt_len:], *extra])
+
+    @property
+    def vocab(self) -> int:
+        return self.target.model.info.vocab_size
+
+
+def speculate(spec: Speculation, *, steps: int, eos: frozenset[int], top_n: int = 20, record: bool = True,
+              cancel: threading.Event | None = None) -> Iterator[Turn]:
+    """Rounds until `steps` tokens are kept, an EOS token is, or `cancel` is set."""
+    added = 0
+    while added < steps and not (cancel is not None and cancel.is_set()):
+        turn = one_round(spec, min(spec.k, steps - added - 1), eos, top_n, record, added)
+        added += len(turn.tokens)
+        yield turn
+        if turn.tokens[-1] in eos:
+            return
+
+
+def one_round(spec: Speculation, k: int, eos: frozenset[int], top_n: int, record: bool, step: int) -> Turn:
+    """Draft k tokens, verify them in one target forward, keep what the rule keeps, trim both caches."""
+    drafts, q_rows = _propose(spec, k)
+    logits = spec.target.feed([spec.ids[-1], *drafts], "all")  # (k+1, V)
+    p_rows = np.stack([final_probs(logits[i], spec.settings, spec.history(drafts[:i])) for i in range(k + 1)])
+    verdict = verify(p_rows, np.stack(q_rows) if q_rows else p_rows[:0], drafts, spec.rng)
+    tokens = _cut([*drafts[: verdict.kept], verdict.token], eos)
+    samples = tuple(_record(spec, logits[j], p_rows[j], t, tokens[:j], top_n) if record else None
+                    for j, t in enumerate(tokens))
+    spec.ids.extend(tokens)
+    spec.target.keep(spec.ids[:-1])
+    spec.draft.keep(spec.ids[:-1])
+    rnd = _round_record(spec, drafts, q_rows, p_rows, verdict, step, len(tokens))
+    spec.rounds += 1
+    if spec.adaptive and k:
+        spec.k = min(K_MAX, spec.k + 1) if verdict.kept == k else max(1, spec.k - 1)
+    return Turn(rnd, tuple(tokens), samples, k)
+
+
+def _propose(spec: Speculation, k: int) -> tuple[list[int], list[np.ndarray]]:
+    """k draft tokens, each drawn from the draft's final distribution (one draft forward per token)."""
+    drafts: list[int] = []
+    q_rows: list[np.ndarray] = []
+    for i in range(k):
+        feed = spec.ids[len(spec.draft.held):] if i == 0 else [drafts[-1]]  # what the draft's cache lacks
+        q = final_probs(spec.draft.feed(feed), spec.settings, spec.history(drafts))
+        drafts.append(draw(q, spec.rng.random()))
+        q_rows.append(q)
+    return drafts, q_rows
+
+
+def _cut(tokens: list[int], eos: frozenset[int]) -> list[int]:
+    """`tokens` up to and including the first EOS."""
+    for i, t in enumerate(tokens):
+        if t in eos:
+            return tokens[: i + 1]
+    return tokens
+
+
+def _record(spec: Speculation, logits: np.ndarray, p: np.ndarray, token: int, before: Sequence[int],
+            top_n: int) -> Sample:
+    """The target's step record at this position, drawn with a uniform number that takes `token`."""
+    s = sample(NUMPY, logits, spec.settings, u_for(p, token), history=spec.history(before), top_n=top_n)
+    if not isinstance(s, Sample) or s.token == token:
+        return s
+    return s.forcing(token)  # (a token so unlikely that its CDF interval vanishes in float32)
+
+
+def _round_record(spec: Speculation, drafts: list[int], q_rows: list[np.ndarray], p_rows: np.ndarray,
+                  verdict: Verdict, step: int, kept: int) -> SpecRound:
+    text = spec.target.model.tokenizer.token_text
+    judged = verdict.judged
+    records = tuple(DraftToken(x, text(x), float(q_rows[i][x]), float(p_rows[i, x]),
+                               i < len(judged) and judged[i]) for i, x in enumerate(drafts))
+    return SpecRound(spec.rounds, step, records, verdict.token, text(verdict.token), verdict.p_token,
+                     verdict.residual, kept)
+
+
+def check_settings(settings: SamplerSettings) -> None:
+    """A `SettingsError` for settings whose distribution is itself random (XTC cuts on a coin flip per step) or
+    carries run state this loop does not keep (mirostat's running μ, DRY's repeats): the rejection rule needs one
+    fixed distribution per position, computed from the position's logits and token counts alone."""
+    if settings.xtc_probability > 0:
+        raise SettingsError("speculative decoding needs one distribution per position, and XTC flips a coin per "
+                            "step: set XTC probability to 0")
+    running = [(name, knob) for name, knob, on in (("mirostat", "mirostat τ", settings.mirostat_tau > 0),
+                                                    ("DRY", "DRY multiplier", settings.dry_multiplier > 0)) if on]
+    if running:
+        names, knobs = " or ".join(n for n, _ in running), " and ".join(k for _, k in running)
+        raise SettingsError(f"speculative decoding does not carry {names}'s state from token to token: set {knobs} "
+                            "to 0")
+
+
+def check_pair(target: LoadedModel, draft: LoadedModel) -> None:
+    """A `ModelLoadError` (one line) unless `draft` tokenizes exactly as `target` does."""
+    why = tokenizer_mismatch(target, draft)
+    if why:
+        raise ModelLoadError(f"{draft.info.name} cannot draft for {target.info.name}: {why}; "
+                             "a draft model must share its target's tokenizer")
+
+
+def tokenizer_mismatch(target: Any, draft: Any) -> str | None:
+    """Why two models' tokens differ (None: they agree on the vocabulary size, EOS, sample texts and names)."""
+    a, b = target.tokenizer, draft.tokenizer
+    if target.info.vocab_size != draft.info.vocab_size:
+        return f"its vocabulary has {draft.info.vocab_size:,} tokens, the target's {target.info.vocab_size:,}"
+    if a.eos_ids != b.eos_ids:
+        return "their end-of-text tokens differ"
+    if any(a.encode(t) != b.encode(t) for t in PROBES):
+        return "its tokenizer splits text differently"
+    stride = max(1, target.info.vocab_size // 2048)
+    differ = next((i for i in range(0, target.info.vocab_size, stride) if a.token_text(i) != b.token_text(i)), None)
+    return None if differ is None else f"its token {differ} is not the target's"

@@ -1,0 +1,3 @@
+"""Where weights come from: the built-in models, local folders, hub ids through the Hugging Face
+cache, the catalog and its memory check, and which models can draft for a target.
+"""

@@ -1,0 +1,3 @@
+"""The sampler: logits in, a token and its record out. The stages, the pipeline that orders
+them, the one-row and batched steps, the preview's re-sampling, logit bias and presets.
+"""

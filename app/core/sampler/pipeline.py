@@ -1,0 +1,222 @@
+"""The sampler pipeline: penalties, then small stages in the chosen order (what `sampling.py` runs and draws from).
+
+Written once against `ArrayOps`, so the same definition runs on numpy (the reference), mlx and torch.
+A stage takes logits and returns a `Cut`: the logits it left (a cut token's logit is -inf) and where it cut.
+`History` holds the token counts the penalties need; `Dist` is the softmax the draw and the record read.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from app.core.sampler import stages as more
+from app.core.sampler.stages import NEG_INF, SCALED_LIMIT, Cut
+from app.core.settings import SamplerSettings
+from backends.ops import Array, ArrayOps
+
+LOGIT_LIMIT = 1e9  # raw logits are clipped here: NaN/-huge become -inf, +inf becomes this
+
+# A stage: its name in the record, and its function of (ops, logits (V,), the step's numbers (2,) or (3,), DRY's
+# penalties (V,) or None).
+Stage = tuple[str, Callable[[ArrayOps, Array, Array, Array | None], Cut]]
+
+
+def apply_temperature(ops: ArrayOps, x: Array, t: float) -> Cut:
+    if t == 0:
+        return Cut(apply_top_k(ops, x, 1).x)  # greedy: the top token, ties to the lowest id
+    y = ops.minimum(ops.maximum(x / t, -SCALED_LIMIT), SCALED_LIMIT)
+    return Cut(ops.where(ops.isfinite(x), y, NEG_INF))
+
+
+def apply_top_k(ops: ArrayOps, x: Array, k: int) -> Cut:
+    """Keep exactly k tokens (fewer only if fewer are finite); ties at the k-th value go to lower ids."""
+    kth = ops.max(x) if k == 1 else ops.kth_largest(x, k)
+    return Cut(keep_first(ops, x, kth, k), line=kth)
+
+
+def apply_top_p(ops: ArrayOps, x: Array, p: float) -> Cut:
+    """Keep the smallest prefix of the most likely tokens whose mass reaches p (at least one token)."""
+    sorted_x = ops.sort_desc(x)  # values only: the prefix is then cut by value, without an argsort + scatter
+    e = ops.exp(sorted_x - sorted_x[0])  # the first is the largest
+    sorted_p = e / ops.sum(e)
+    cdf = ops.cumsum(sorted_p)
+    n = ops.sum((cdf - sorted_p < max(p, 1e-30)) & ops.isfinite(sorted_x))  # by the mass strictly before each
+    return Cut(keep_first(ops, x, ops.take(sorted_x, ops.maximum(n - 1, 0)), n), mass=p, order=(sorted_x, cdf))
+
+
+def keep_first(ops: ArrayOps, x: Array, kth: Array, n: Array | int) -> Array:
+    """The first n tokens in descending order, ties broken by lower id, given the n-th value `kth`: all above
+    it, then as many of those equal to it as there is room for. O(vocabulary), no sort."""
+    above, tied = x > kth, x == kth
+    room = n - ops.sum(above)
+    return ops.where(above | (tied & (ops.count_cumsum(tied) <= room)), x, NEG_INF)
+
+
+def apply_min_p(ops: ArrayOps, x: Array, m: float) -> Cut:
+    """Keep tokens whose probability is at least m times the top token's."""
+    line = ops.max(x) + math.log(m)
+    return Cut(ops.where(x >= line, x, NEG_INF), line=line)
+
+
+def make_stages(s: SamplerSettings, vocab: int) -> list[Stage]:
+    """The enabled stages (`SamplerSettings.enabled_stages`), in the settings' order."""
+    return [_BUILDERS[name](s, vocab) for name in s.enabled_stages(vocab)]
+
+
+def _plain(name: str, fn: Callable[..., Cut], **kw: Any) -> Stage:
+    """A stage that does not read the step's uniforms."""
+    return name, lambda ops, x, u, dry: fn(ops, x, **kw)
+
+
+def _temperature(s: SamplerSettings, vocab: int) -> Stage:
+    if s.greedy:
+        return _plain("greedy", apply_temperature, t=0.0)
+    if s.dynatemp_range > 0:
+        return _plain("dynatemp", more.apply_dynatemp, t=s.temperature, spread=s.dynatemp_range,
+                      exponent=s.dynatemp_exponent)
+    return _plain("temperature", apply_temperature, t=s.temperature)
+
+
+def _logit_bias(s: SamplerSettings, vocab: int) -> Stage:
+    bias = np.zeros(vocab, dtype=np.float32)
+    for tid, value in s.logit_bias:
+        if tid < vocab:
+            bias[tid] = value
+    return "logit_bias", lambda ops, x, u, dry, b=bias: more.apply_logit_bias(ops, x, ops.f32(b))
+
+
+_BUILDERS: dict[str, Callable[[SamplerSettings, int], Stage]] = {
+    "logit_bias": _logit_bias,
+    "temperature": _temperature,
+    "top_k": lambda s, v: _plain("top_k", apply_top_k, k=s.top_k),
+    "top_p": lambda s, v: _plain("top_p", apply_top_p, p=s.top_p),
+    "min_p": lambda s, v: _plain("min_p", apply_min_p, m=s.min_p),
+    "typical_p": lambda s, v: _plain("typical_p", more.apply_typical_p, mass=s.typical_p),
+    "top_n_sigma": lambda s, v: _plain("top_n_sigma", more.apply_top_n_sigma, n=s.top_n_sigma),
+    "epsilon_cutoff": lambda s, v: _plain("epsilon_cutoff", more.apply_epsilon_cutoff, epsilon=s.epsilon_cutoff),
+    "eta_cutoff": lambda s, v: _plain("eta_cutoff", more.apply_eta_cutoff, epsilon=s.eta_cutoff),
+    "xtc": lambda s, v: ("xtc", lambda ops, x, u, dry: more.apply_xtc(ops, x, u[1], s.xtc_threshold,
+                                                                      s.xtc_probability)),
+    "dry": lambda s, v: ("dry", lambda ops, x, u, dry: more.apply_dry(ops, x, dry)),
+    # μ is the step's third number; a caller that hands only two (no run state) gets the starting μ, 2τ
+    "mirostat": lambda s, v: ("mirostat", lambda ops, x, u, dry: more.apply_mirostat(
+        ops, x, u[2] if u.shape[0] > 2 else ops.f32(2 * s.mirostat_tau))),
+}
+
+
+@dataclass
+class History:
+    """What a run carries from step to step: the token counts the penalties need (the whole context and the
+    generated part) and mirostat's μ, on the device; the context's tokens and DRY's breakers, on the host."""
+
+    context: Array  # (V,) float counts of prompt + generated tokens
+    generated: Array  # (V,) float counts of generated tokens
+    mu: Array | None = None  # mirostat's running μ (None: not started, 2τ)
+    ids: list[int] = field(default_factory=list)  # the context's tokens on the host (DRY reads them)
+    pending: Array | None = None  # the last drawn token, still on the device: appended to `ids` when next read
+    breakers: frozenset[int] = frozenset()  # DRY's breaker tokens (`stages.dry_breaker_ids`)
+    dry: np.ndarray | None = None  # DRY's penalties given for the next step (a re-sample's), instead of from `ids`
+
+    @classmethod
+    def start(cls, ops: ArrayOps, vocab: int, prompt_ids: Sequence[int], generated: Sequence[int] = (),
+              breakers: frozenset[int] = frozenset()) -> History:
+        """Counts for a run about to draw after `prompt_ids` and the tokens it has already `generated`."""
+        return cls(ops.f32(_counts([*prompt_ids, *generated], vocab)), ops.f32(_counts(generated, vocab)),
+                   ids=[int(t) for t in (*prompt_ids, *generated)], breakers=breakers)
+
+    def host_ids(self, ops: ArrayOps) -> list[int]:
+        """The context's tokens, the last drawn one read from the device if it was still there."""
+        if self.pending is not None:
+            self.ids.append(int(ops.numpy(self.pending).reshape(-1)[0]))
+            self.pending = None
+        return self.ids
+
+    def add(self, ops: ArrayOps, token: Array) -> None:
+        self.context, self.generated = bump(ops, self.context, token), bump(ops, self.generated, token)
+
+    def swap(self, ops: ArrayOps, drawn: int, taken: int) -> None:
+        """The counts as if `taken` had been drawn instead of `drawn` (a forced token; once per fork)."""
+        if self.pending is not None:  # DRY follows the tokens: the drawn one is the last
+            self.host_ids(ops)[-1] = taken
+        for name in ("context", "generated"):
+            counts = ops.numpy(getattr(self, name)).astype(np.float32)
+            counts[drawn] -= 1
+            counts[taken] += 1
+            setattr(self, name, ops.f32(counts))
+
+
+def _counts(ids: Sequence[int], vocab: int) -> np.ndarray:
+    ids = np.asarray([i for i in ids if 0 <= i < vocab], dtype=np.int64)
+    return np.bincount(ids, minlength=vocab)[:vocab].astype(np.float32)
+
+
+def bump(ops: ArrayOps, counts: Array, token: Array) -> Array:
+    """counts with one more of `token` (shape (1,)), as a new array."""
+    return ops.scatter(counts, token, ops.take(counts, token) + 1)
+
+
+def apply_penalties(ops: ArrayOps, x: Array, s: SamplerSettings, context: Array, generated: Array) -> Array:
+    """Repetition (over prompt + output) then frequency and presence (over the output only)."""
+    if s.repetition_penalty != 1:
+        r = s.repetition_penalty
+        x = ops.where(context > 0, ops.where(x > 0, x / r, x * r), x)
+    if s.frequency_penalty != 0 or s.presence_penalty != 0:
+        # the mask as float32: numpy would make bool × float a float64 and the rest of the step with it
+        x = x - generated * s.frequency_penalty - ops.f32(generated > 0) * s.presence_penalty
+    return x
+
+
+def sanitize(ops: ArrayOps, logits: Array) -> Array:
+    x = ops.f32(logits)
+    return ops.minimum(ops.where(x > -LOGIT_LIMIT, x, NEG_INF), LOGIT_LIMIT)
+
+
+class Dist:
+    """softmax over the last axis, computed stably: shifted by the max, normalized by the sum (exact even for huge
+    logits). One distribution (V,), or one per row (R, V) with every quantity per row: the record stacks each
+    stage's input and the final logits and normalizes them all in one pass (a handful of vector calls per step
+    instead of a handful per stage). `p` over the whole vocabulary is made only when asked for; `at` gives the
+    same values at a few ids."""
+
+    def __init__(self, ops: ArrayOps, x: Array) -> None:
+        self.ops, self.x, self.m = ops, x, ops.max(x, axis=-1)  # m: () or (R,)
+        self.xm = x - self.m[..., None]
+        self.e = ops.exp(self.xm)
+        self.z = ops.sum(self.e, axis=-1)
+        self.log_z = ops.log(self.z)
+
+    @cached_property
+    def p(self) -> Array:
+        return self.e / self.z[..., None]
+
+    def at(self, idx: Array) -> Array:
+        """(N,) or (R, N): the probabilities at the ids `idx`."""
+        return self.e[..., idx] / self.z[..., None]
+
+    @property
+    def lse(self) -> Array:
+        return self.m + self.log_z
+
+    def entropy(self, rows: slice | None = None) -> Array:
+        """log z - Σ e (x - m) / z over the tokens with e > 0, of each row (or of the `rows` a slice picks, a view).
+        A cut token's x - m is -inf: it is zeroed before the product (0 × -inf is NaN, and slow to make)."""
+        e, xm, z, log_z = (self.e, self.xm, self.z, self.log_z) if rows is None else (
+            self.e[rows], self.xm[rows], self.z[rows], self.log_z[rows])
+        return log_z - self.ops.sum(e * self.ops.where(e > 0, xm, 0.0), axis=-1) / z
+
+
+def run_stages(ops: ArrayOps, stages: Sequence[Stage], s: SamplerSettings, raw: Array, u: Array,
+               *hist: Array, dry: Array | None = None) -> list[Cut]:
+    """Each stage's cut of the sanitized logits `raw`, in order (the penalties' first when `hist` is given); `u`
+    (2,) or (3,) is the step's numbers: the draw's uniform, XTC's (`stages.xtc_uniform`), then mirostat's μ; `dry`
+    DRY's penalties (V,) for this step (None: DRY subtracts nothing)."""
+    cuts = [Cut(apply_penalties(ops, raw, s, *hist))] if hist else []
+    for _, fn in stages:
+        cuts.append(fn(ops, cuts[-1].x if cuts else raw, u, dry))
+    return cuts

@@ -1,0 +1,384 @@
+"""The sampler step: the pipeline (`pipeline.py`) on the device, then a draw, and the step's record.
+
+The draw is an inverse CDF over the final distribution with one uniform number from the run's seeded
+generator, so a seed gives the same tokens on every backend and a recorded step can be re-drawn under other
+settings. `sample` also records what every stage received, left, kept and cut at, for the top-N raw
+candidates (a `Sample`, defined in record.py): views draw that record and compute no stage themselves.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+import numpy as np
+
+from app.core.record.record import Sample
+from app.core.sampler.pipeline import Cut, Dist, History, Stage, bump, make_stages, run_stages, sanitize
+from app.core.sampler.stages import dry_penalties, dry_vector, next_mu, xtc_uniform
+from app.core.sampler.step_output import CutRows, Drawn, Mode, Recorded, StepOutput, StepScalars
+from app.core.settings import SamplerSettings
+from backends.ops import NUMPY, Array, ArrayOps, vmap
+
+NAN = float("nan")
+U_MAX = 1 - 2**-23
+RECORD_K = 256  # raw logits kept per step for re-sampling without the model
+
+
+class NoValidTokenError(RuntimeError):
+    """The model gave no finite logit (NaN/inf everywhere): nothing can be sampled."""
+
+
+def sample(
+    ops: ArrayOps,
+    logits: Array,
+    settings: SamplerSettings,
+    u: float,
+    *,
+    history: History | None = None,
+    top_n: int = 20,
+    record: bool = True,
+) -> Sample | int:
+    """Run the pipeline on one step's logits (V,) and draw with `u` in [0, 1).
+
+    Returns a `Sample` (one host transfer per step), or just the token id when `record` is False. The device
+    part is one pure function per (settings, vocabulary, top-N), which an executor may compile (MLX does).
+    """
+    return start_sample(ops, logits, settings, u, history=history, top_n=top_n, record=record).result()
+
+
+@dataclass(slots=True)
+class PendingSample:
+    """A drawn token still on the device: feed `token` to the next forward, then read `result()`, so the
+    device computes step t+1 while the host turns step t into a trace (as mlx-lm's generate_step does)."""
+
+    ops: ArrayOps
+    out: StepOutput  # on the device
+    stage_names: tuple[str, ...]
+    u: float
+    top_n: int
+
+    @property
+    def token(self) -> Array:  # (1,) int, on the device
+        return self.out.token
+
+    @property
+    def outputs(self) -> tuple[Array, ...]:
+        """Every array of the step (to queue them together)."""
+        return self.out.arrays()
+
+    def result(self) -> Sample | int:
+        arrays = self.outputs
+        self.ops.sync(list(arrays))
+        return finish(type(self.out).from_arrays([self.ops.numpy(a) for a in arrays]), self.stage_names, self.u,
+                      self.top_n)
+
+
+def finish(host: StepOutput, stage_names: tuple[str, ...], u: float, top_n: int) -> Sample | int:
+    """A step's outcome from its arrays on the host: the token id (`Drawn`) or the trace's record."""
+    if not math.isfinite(host.final_lse):
+        raise NoValidTokenError("the model produced no finite logits (NaN or infinity): try float32")
+    if isinstance(host, Drawn):
+        return int(host.token[0])
+    if isinstance(host, CutRows):
+        host = _host_record(host, stage_names, top_n)
+    return host.sample(stage_names, u)
+
+
+def start_sample(
+    ops: ArrayOps,
+    logits: Array,
+    settings: SamplerSettings,
+    u: float,
+    *,
+    history: History | None = None,
+    top_n: int = 20,
+    record: bool = True,
+) -> PendingSample:
+    """`sample`, without waiting for the device: the history is updated, the host transfer is deferred.
+
+    Where the executor says `host_record` (MLX on a CPU), the device runs the pipeline and draws, and the record
+    is made on numpy from the stages' logits it hands over, once the token is read: numpy's vector maths is many
+    times faster there, and the record's small ops would otherwise each queue behind the next forward.
+    """
+    vocab = int(logits.shape[0])
+    key = step_key(ops, settings, vocab, top_n, record, history)
+    step, names = _step_function(ops, *key)
+    # -inf arithmetic is intended (masks); a step with no finite logit is caught in `result`.
+    with np.errstate(all="ignore"):
+        out, bumped = step(logits, ops.f32(uniforms(u)), *step_state(ops, settings, history, vocab))
+    keep_state(settings, history, bumped, out.token)
+    return PendingSample(ops, out, names, u, key[2])
+
+
+StepKey = tuple[SamplerSettings, int, int, Mode, bool]  # settings (pipeline), vocabulary, top-N, mode, penalties
+
+
+def step_key(ops: ArrayOps, settings: SamplerSettings, vocab: int, top_n: int, record: bool,
+             history: History | None) -> StepKey:
+    """What the device step is made for: the steps of one key are one function (compiled, or mapped over rows)."""
+    mode: Mode = (CutRows if ops.host_record else Recorded) if record else Drawn
+    return _pipeline(settings), vocab, min(top_n, vocab), mode, history is not None and settings.uses_penalties
+
+
+def uniforms(u: float) -> list[float]:
+    """The step's two uniform numbers: the draw's, then XTC's (made from it)."""
+    return [u, xtc_uniform(u)]
+
+
+def step_state(ops: ArrayOps, settings: SamplerSettings, history: History | None, vocab: int) -> tuple[Array, ...]:
+    """The history's arrays the step reads: the penalties' counts, mirostat's μ, DRY's penalties (where on)."""
+    penalties = history is not None and settings.uses_penalties
+    hist = (history.context, history.generated) if penalties else ()
+    if settings.mirostat_tau > 0:  # μ rides with the counts: in as a state array, out updated
+        mu = history.mu if history is not None and history.mu is not None else 2 * settings.mirostat_tau
+        hist = (*hist, ops.f32(mu))
+    if settings.dry_multiplier > 0:  # DRY's penalties, from the tokens on the host: in last, out unchanged
+        hist = (*hist, ops.f32(_dry(ops, settings, history, vocab)))
+    return hist
+
+
+def keep_state(settings: SamplerSettings, history: History | None, bumped: Sequence[Array], token: Array) -> None:
+    """The history after a step that drew `token` (1,) and handed back its state `bumped` (`step_state`'s order)."""
+    if history is None:
+        return
+    if settings.uses_penalties:
+        history.context, history.generated = bumped[:2]
+    if settings.mirostat_tau > 0:
+        history.mu = bumped[2 if settings.uses_penalties else 0]
+    if settings.dry_multiplier > 0:
+        history.pending, history.dry = token, None
+
+
+def _dry(ops: ArrayOps, s: SamplerSettings, history: History | None, vocab: int) -> np.ndarray:
+    """DRY's penalties (V,) for the next draw: given (a re-sample's), from the history's tokens, or none."""
+    if history is None:
+        return np.zeros(vocab, dtype=np.float32)
+    if history.dry is not None:
+        return history.dry
+    ids = history.host_ids(ops)
+    return dry_vector(dry_penalties(ids, s.dry_multiplier, s.dry_base, s.dry_allowed_length, history.breakers), vocab)
+
+
+@lru_cache(maxsize=64)
+def _pipeline(settings: SamplerSettings) -> SamplerSettings:
+    """`settings.pipeline()`, cached: the step function's key, computed once per run rather than every step."""
+    return settings.pipeline()
+
+
+@lru_cache(maxsize=64)
+def device_step(ops: ArrayOps, settings: SamplerSettings, vocab: int, top_n: int, mode: Mode,
+                penalties: bool) -> tuple[Callable[..., tuple[StepOutput, tuple[Array, ...]]], tuple[str, ...]]:
+    """The device step of one row, uncompiled (its stages made once per settings, not per step), and the names of
+    its stages (penalties first when they apply). The step returns the `mode`'s record and the history's state
+    after the draw (`step_state`'s arrays, updated)."""
+    stages = make_stages(settings, vocab)
+
+    def step(logits: Array, u: Array, *hist: Array) -> tuple[StepOutput, tuple[Array, ...]]:
+        return _device_step(ops, stages, settings, top_n, mode, logits, u, *hist)
+
+    names = ("penalties",) * penalties + tuple(name for name, _ in stages)
+    return step, names
+
+
+@lru_cache(maxsize=64)
+def _step_function(ops: ArrayOps, settings: SamplerSettings, vocab: int, top_n: int, mode: Mode,
+                   penalties: bool) -> tuple[Callable[..., tuple[StepOutput, tuple[Array, ...]]], tuple[str, ...]]:
+    """`device_step`, compiled where the executor can."""
+    step, names = device_step(ops, settings, vocab, top_n, mode, penalties)
+    return compiled_step(ops, step, mode), names  # type: ignore[return-value]  # (not mapped: never None)
+
+
+def compiled_step(ops: ArrayOps, step: Callable[..., tuple[StepOutput, tuple[Array, ...]]], mode: Mode,
+                  rows: bool = False) -> Callable[..., tuple[StepOutput, tuple[Array, ...]]] | None:
+    """`step`, compiled where the executor can; with `rows`, mapped over a leading row axis of every argument and
+    output first (`backends.ops.vmap`; None where the executor has no vmap). A compiler or a vmap takes arrays out,
+    not records: the step hands its arrays over flat (the counts first), put back into the `mode`'s record here."""
+    def flat(logits: Array, u: Array, *hist: Array) -> tuple[Array, ...]:
+        out, bumped = step(logits, u, *hist)
+        return (*bumped, *out.arrays())
+
+    fn = vmap(ops, flat) if rows else flat
+    if fn is None:
+        return None
+    compiled = ops.compile(fn)
+    if compiled is flat:  # not compiled (numpy, torch): no need to flatten
+        return step
+
+    def unflat(logits: Array, u: Array, *hist: Array) -> tuple[StepOutput, tuple[Array, ...]]:
+        arrays = compiled(logits, u, *hist)
+        return mode.from_arrays(arrays[len(hist):]), tuple(arrays[:len(hist)])
+
+    return unflat
+
+
+def _device_step(ops: ArrayOps, stages: Sequence[Stage], s: SamplerSettings, top_n: int, mode: Mode,
+                 logits: Array, u: Array, *hist: Array) -> tuple[StepOutput, tuple[Array, ...]]:
+    """Everything on the device and nothing on the host: pipeline, draw, the history's counts after it, and the
+    record (`Recorded`) or what the host makes it from (`CutRows`). `u` (2,): the draw's uniform, then XTC's;
+    `hist`: the penalties' counts, then mirostat's μ when it is on (each handed back updated)."""
+    raw = sanitize(ops, logits)
+    miro, dry_on = s.mirostat_tau > 0, s.dry_multiplier > 0
+    dry = hist[-1] if dry_on else None
+    state = hist[:-1] if dry_on else hist
+    counts, mu = (state[:-1], state[-1]) if miro else (state, None)
+    cuts = run_stages(ops, stages, s, raw, ops.stack([u[0], u[1], mu]) if miro else u, *counts, dry=dry)
+    rows = _rows(ops, raw, cuts) if mode is Recorded else Dist(ops, cuts[-1].x)
+    cdf = ops.cumsum(rows.e[-1] / rows.z[-1] if mode is Recorded else rows.p)  # the final distribution
+    # u is capped one float32 step below 1 so that u * total < total survives rounding: the first index where
+    # the CDF passes u * total always exists and always has p > 0.
+    token = ops.minimum(ops.sum(cdf <= ops.minimum(u[0], U_MAX) * cdf[-1]), raw.shape[0] - 1)
+    tok = ops.stack([token])  # (1,)
+    bumped = tuple(bump(ops, h, tok) for h in counts)
+    if miro:
+        p_drawn = ops.take(rows.e[-1] / rows.z[-1] if mode is Recorded else rows.p, tok)[0]
+        bumped = (*bumped, next_mu(ops, mu, p_drawn, s.mirostat_tau, s.mirostat_eta))
+    if dry_on:
+        bumped = (*bumped, dry)
+    if mode is Recorded:
+        return _record(ops, raw, cuts, rows, tok, top_n), bumped
+    if mode is CutRows:
+        return _cut_rows(ops, raw, cuts, rows.lse, tok), bumped
+    return Drawn(tok, ops.stack([rows.lse])), bumped  # lse (1,): `result` checks it is finite
+
+
+def _cut_rows(ops: ArrayOps, raw: Array, cuts: list[Cut], lse: Array, tok: Array) -> CutRows:
+    """What the host's record needs of the pipeline, which it then does not run again. A handful of arrays the
+    device has computed anyway, read in one transfer each."""
+    cut_at = ops.stack([*(NAN if c.line is None else c.line for c in cuts), *(_own(c) for c in cuts), lse])
+    orders = tuple(ops.stack(list(c.order)) for c in cuts if c.order is not None)
+    return CutRows(tok, cut_at, ops.stack([raw, *(c.x for c in cuts)]), orders)
+
+
+def _own(c: Cut) -> Array | float:
+    """A stage's threshold in its own terms (top-p's mass, another's `prob`); NaN for none."""
+    return c.mass if c.mass is not None else NAN if c.prob is None else c.prob
+
+
+def _host_record(host: CutRows, names: tuple[str, ...], top_n: int) -> Recorded:
+    """`_device_step`'s record on numpy, from the `CutRows` of a step with the stages `names`."""
+    values, orders, x = host.cut_at.tolist(), iter(host.orders), host.rows  # floats: cheaper to test than numpy's
+    stages = len(names)
+    lines, owns = values[:stages], values[stages:-1]
+    cuts = [Cut(x[i + 1], line=None if math.isnan(line) else np.float32(line),
+                prob=None if math.isnan(own) else own, order=tuple(next(orders)) if name == "top_p" else None)
+            for i, (name, line, own) in enumerate(zip(names, lines, owns, strict=True))]
+    with np.errstate(all="ignore"):
+        return _record(NUMPY, x[0], cuts, Dist(NUMPY, x), host.token.astype(np.int64), top_n)
+
+
+def _rows(ops: ArrayOps, raw: Array, cuts: list[Cut]) -> Dist:
+    """The distributions the record reads, as rows of one (S+1, V) array: row s is stage s's input, the last
+    row the final distribution (which the token is drawn from)."""
+    return Dist(ops, ops.stack([raw, *(c.x for c in cuts)]))
+
+
+def _record(ops: ArrayOps, raw: Array, cuts: list[Cut], rows: Dist, tok: Array, top_n: int) -> Recorded:
+    """What the trace keeps of one step: the drawn token's numbers, the top-K raw logits and, over the top-N raw
+    candidates, each stage's input and output probabilities, what it kept and its threshold."""
+    vocab, last = raw.shape[0], len(cuts)
+    top_vals, top_ids = ops.topk(raw, min(RECORD_K, vocab))
+    ids = top_ids[:top_n]
+    finite = ops.isfinite(rows.x[1:])  # (S, V): what each stage left
+    cumulative = [_cumulative(ops, c, rows.x[i], ids) for i, c in enumerate(cuts) if c.order is not None]
+    raw_tok = ops.take(raw, tok)
+    rank = ops.sum(raw > raw_tok) + ops.sum((raw == raw_tok) & (ops.arange(vocab) < tok))
+    logp = rows.xm[:, tok][:, 0] - rows.log_z  # (S+1,) the token's log-probability in each row
+    entropy, lse = rows.entropy(slice(None, None, last)), rows.lse  # rows 0 and S (raw, final) only: a view
+    scalars = StepScalars(token=ops.f32(tok[0]), prob=ops.exp(logp[last]), raw_logprob=logp[0], rank=ops.f32(rank),
+                          entropy=entropy[0], final_entropy=entropy[1], raw_lse=lse[0], final_lse=lse[last])
+    return Recorded(
+        token=tok, scalars=ops.stack(list(scalars)), kept_counts=ops.sum(finite, axis=-1), top_ids=top_ids,
+        top_logits=top_vals, probs=rows.at(ids), kept=finite[:, ids],
+        thresholds=ops.stack([_threshold(ops, c, rows, i) for i, c in enumerate(cuts)]),
+        top_p_cumulative=cumulative[0] if cumulative else None,
+    )
+
+
+def _threshold(ops: ArrayOps, cut: Cut, rows: Dist, i: int) -> Array | float:
+    """Where stage i cut, in the probability space of its input (row i of `rows`); NaN for a stage that cuts
+    nothing. A logit line maps through the input's own softmax: top-k's is then exactly its k-th token's
+    probability, min-p's min_p × the top probability."""
+    if cut.mass is not None:
+        return cut.mass
+    if cut.prob is not None:
+        return cut.prob
+    if cut.line is not None:
+        return ops.exp(cut.line - rows.m[i]) / rows.z[i]
+    return NAN
+
+
+def _cumulative(ops: ArrayOps, cut: Cut, x: Array, ids: Array) -> Array:
+    """(N,) the running mass top-p computed at each candidate `ids` of its input `x`, in its own order (value
+    descending, ties to lower ids): at the position after every larger value and the tied candidates before.
+    (A token outside the top-N tied with a candidate, at a lower id, would be ahead of it too: only penalties
+    can make one, and only by an exact float tie; it is not counted.)"""
+    sorted_x, cdf = cut.order
+    v = ops.take(x, ids)
+    ahead = ops.sum((v[None, :] == v[:, None]) & (ids[None, :] < ids[:, None]), axis=-1)  # tied, lower id
+    return ops.take(cdf, ops.minimum(ops.count_above(sorted_x, v) + ahead, sorted_x.shape[0] - 1))
+
+
+def resample(
+    top_ids: np.ndarray,
+    top_logits: np.ndarray,
+    settings: SamplerSettings,
+    u: float,
+    *,
+    context_ids: Sequence[int] = (),
+    generated_ids: Sequence[int] = (),
+    top_n: int = 20,
+    recorded: Sample | None = None,
+) -> Sample:
+    """Re-apply `settings` to a recorded step without the model, over its top-`RECORD_K` raw logits.
+
+    Exact whenever every token the new settings keep is among the recorded ones and the cut does not depend
+    on the unrecorded tail: greedy, top-k ≤ RECORD_K (then any top-p / min-p / penalties), min-p alone; a
+    stage's row before such a cut is over the recorded logits (`SamplerSettings.needs_whole_vocabulary` says when
+    a stage before it breaks this). Ranks and token ids are those of the full vocabulary, and so are the raw
+    numbers when the `recorded` step is given (its raw row, entropy, lse); mirostat resumes the μ recorded there,
+    and DRY's penalties come from the context's ids (without the tokenizer's breakers).
+    """
+    by_id = np.argsort(top_ids, kind="stable")  # id order, so ties and the CDF walk match the full vocabulary
+    ids, sub = top_ids[by_id], np.asarray(top_logits, dtype=np.float32)[by_id]
+    remap = {int(t): i for i, t in enumerate(ids)}
+    local = lambda seq: [remap[int(t)] for t in seq if int(t) in remap]
+    hist = History.start(NUMPY, len(ids), local([*context_ids, *generated_ids]))
+    gen = np.bincount(np.asarray(local(generated_ids), dtype=np.int64), minlength=len(ids))
+    hist.generated = gen.astype(np.float32)
+    hist.mu = _recorded_mu(recorded)
+    if settings.dry_multiplier > 0:  # over the whole vocabulary's ids (no breakers: the tokenizer is not here)
+        pen = dry_penalties([*context_ids, *generated_ids], settings.dry_multiplier, settings.dry_base,
+                            settings.dry_allowed_length)
+        hist.dry = dry_vector({remap[t]: v for t, v in pen.items() if t in remap}, len(ids))
+    s = sample(NUMPY, sub, settings, u, history=hist, top_n=top_n)
+    assert isinstance(s, Sample)
+    s = replace(s, token=int(ids[s.token]), top_ids=ids[s.top_ids])
+    return s if recorded is None else _with_raw_of(s, recorded)
+
+
+def mu_after(last: Sample | None, s: SamplerSettings) -> float | None:
+    """Mirostat's μ for the step after the recorded `last` (a branch going on from its parent's steps): its μ moved
+    by its drawn token's surprise; None where mirostat did not run there."""
+    mu = _recorded_mu(last)
+    if mu is None or last.prob is None or last.prob <= 0:
+        return None
+    return mu - s.mirostat_eta * (-math.log2(last.prob) - s.mirostat_tau)
+
+
+def _recorded_mu(recorded: Sample | None) -> float | None:
+    """Mirostat's μ at a recorded step (its line was 2^-μ), or None where mirostat did not run there."""
+    i = None if recorded is None else recorded.stage_index("mirostat")
+    return None if i is None else -math.log2(float(recorded.thresholds[i]))
+
+
+def _with_raw_of(s: Sample, recorded: Sample) -> Sample:
+    """`s` with the raw distribution's numbers of the step it re-samples, which saw the whole vocabulary."""
+    n = s.top_n
+    if recorded.top_n < n or not np.array_equal(recorded.top_ids[:n], s.top_ids[:n]):
+        return s
+    at = int(np.flatnonzero(recorded.top_ids == s.token)[0])
+    return s.with_raw(recorded.probs[0, :n], float(recorded.top_logits[at]) - recorded.raw_lse, recorded.entropy,
+                      recorded.raw_lse)

@@ -1,0 +1,3 @@
+"""What the window keeps: sessions and autosave, exports, preferences, recent sessions, the clipboard,
+About.
+"""

@@ -1,0 +1,2 @@
+"""Prompt sets: the view, what a set runs against, and its results table.
+"""

@@ -1,0 +1,2 @@
+"""MLX / mlx-lm: the only package that imports mlx (with `baselines`).
+"""

@@ -1,0 +1,2 @@
+"""PyTorch / transformers: the only package that imports torch (with `baselines`).
+"""
