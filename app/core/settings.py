@@ -8,9 +8,10 @@ one token; min_p 0 is off; penalties 1 (repetition) and 0 (frequency, presence) 
 are off.
 
 The stage order is `order` (temperature before or after the filters, as older files say it) or, when set, `chain`:
-every stage's name in the order they run (`parse_order` reads `top_k,temperature,...` or an engine's name).
-Penalties always run first, on the raw logits. Stop strings are typed with backslash escapes on the command line
-and in the window alike (`read_escapes`).
+every stage's name in the order they run (`parse_order` reads `top_k,temperature,...` or an engine's name). The
+stages themselves (names, when each is on, the engines' orders) are rows of `app.core.stage_table`; only the
+settings they read are here. Penalties always run first, on the raw logits. Stop strings are typed with backslash
+escapes on the command line and in the window alike (`read_escapes`).
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from enum import Enum
 from typing import Any
 
 from app.core.files import read_field, typed
+from app.core.stage_table import ENGINE_CHAINS, ORDER_CHAINS, STAGE, STAGES, record_name
 
 
 class StageOrder(str, Enum):
@@ -121,47 +122,8 @@ FIELDS: tuple[Field, ...] = (
 )
 FIELD_BY_NAME = {f.name: f for f in FIELDS}
 
-# Every stage a chain can name, and where each old order puts them (the stages a setting turns on run in this
-# order; "temperature" stands for greedy and dynamic temperature too).
-STAGES = ("logit_bias", "dry", "temperature", "top_n_sigma", "top_k", "typical_p", "top_p", "min_p", "epsilon_cutoff",
-          "eta_cutoff", "xtc", "mirostat")
-_FILTERS = tuple(n for n in STAGES if n not in ("logit_bias", "dry", "temperature", "mirostat"))
-ORDER_CHAINS = {  # DRY first and mirostat last in both, as in llama.cpp (... temperature, then mirostat)
-    "temperature-first": STAGES,
-    "temperature-last": ("logit_bias", "dry", *_FILTERS, "temperature", "mirostat"),
-}
-# Each engine's own order, from its source: llama.cpp's common_params_sampling.samplers (logit bias before the
-# chain); mlx-lm's make_sampler (top-p, min-p, XTC, top-k, then temperature in categorical_sampling, logit bias
-# among make_logits_processors); transformers' generate (_get_logits_processor: temperature, top-k, top-p, min-p,
-# typical, epsilon, eta); vLLM (temperature, then min-p, then top-k / top-p); OpenAI (temperature, top-p).
-# Stages an engine lacks follow its own, in the default order.
-ENGINE_CHAINS = {
-    "llama.cpp": ("logit_bias", "dry", "top_n_sigma", "top_k", "typical_p", "top_p", "min_p", "xtc", "temperature",
-                  "mirostat"),
-    "mlx-lm": ("logit_bias", "top_p", "min_p", "xtc", "top_k", "temperature"),
-    "transformers": ("logit_bias", "temperature", "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff",
-                     "eta_cutoff"),
-    "vllm": ("logit_bias", "temperature", "min_p", "top_k", "top_p"),
-    "openai": ("logit_bias", "temperature", "top_p"),
-}
 _ORDER_CHOICES = (f"give an engine's order ({', '.join(ENGINE_CHAINS)}), {' or '.join(ORDER_CHAINS)}, or stage "
                   f"names with commas ({','.join(STAGES)})")  # what an order's error offers
-_WHOLE = {"top_p", "typical_p", "top_n_sigma", "epsilon_cutoff", "eta_cutoff", "xtc", "mirostat"}
-# what turns each stage on (its edge values, documented above)
-_ON: dict[str, Callable[[Any, int], bool]] = {
-    "logit_bias": lambda s, v: any(value != 0 and tid < v for tid, value in s.logit_bias),
-    "temperature": lambda s, v: True,
-    "top_k": lambda s, v: 0 < s.top_k < v,
-    "top_p": lambda s, v: s.top_p < 1,
-    "min_p": lambda s, v: s.min_p > 0,
-    "typical_p": lambda s, v: s.typical_p < 1,
-    "top_n_sigma": lambda s, v: s.top_n_sigma > 0,
-    "epsilon_cutoff": lambda s, v: s.epsilon_cutoff > 0,
-    "eta_cutoff": lambda s, v: s.eta_cutoff > 0,
-    "xtc": lambda s, v: s.xtc_probability > 0,
-    "mirostat": lambda s, v: s.mirostat_tau > 0,
-    "dry": lambda s, v: s.dry_multiplier > 0,
-}
 MAX_BIAS = 100.0  # a logit bias's range either side of 0 (OpenAI's)
 DRY_BREAKERS = ("\n", ":", '"', "*")  # llama.cpp's default sequence breakers
 MAX_SEED = 2**32 - 1
@@ -250,19 +212,19 @@ class SamplerSettings:
     def enabled_stages(self, vocab: int = 2**62) -> tuple[str, ...]:
         """The stages these settings turn on, in their order, for a vocabulary of `vocab` tokens ("temperature"
         stands for greedy and dynamic temperature too)."""
-        return tuple(n for n in self.stage_order if _ON[n](self, vocab))
+        return tuple(n for n in self.stage_order if STAGE[n].on(self, vocab))
 
     def needs_whole_vocabulary(self) -> bool:
-        """Whether a stage whose cut depends on the whole vocabulary's distribution (top-p, typical-p, top-n-sigma,
-        epsilon, eta, XTC, dynamic temperature) runs before the first top-k or greedy, or a logit bias raises a
-        token: a step's recorded top logits alone then cannot decide its draw (a re-sample needs the model)."""
+        """Whether a stage whose cut depends on the whole vocabulary's distribution (a `whole` row: top-p, typical-p,
+        top-n-sigma, epsilon, eta, XTC, mirostat, dynamic temperature) runs before the first that keeps a fixed few
+        (top-k, greedy), or a logit bias raises a token: a step's recorded top logits alone then cannot decide its
+        draw (a re-sample needs the model)."""
         if any(value > 0 for _, value in self.logit_bias) or self.dry_multiplier > 0:
             return True  # (DRY: its breakers are the tokenizer's, which a re-sample does not have)
         for name in self.enabled_stages():
-            if name == "top_k" or (name == "temperature" and self.greedy):
-                return False
-            if name in _WHOLE or (name == "temperature" and self.dynatemp_range > 0):
-                return True
+            row = STAGE[record_name(self, name)]
+            if row.few or row.whole:
+                return row.whole
         return False
 
     @property

@@ -12,7 +12,8 @@ from app.core.record.trace import Sample
 from app.core.sampler.pipeline import History
 from app.core.sampler.sampling import sample
 from app.core.settings import SamplerSettings
-from app.ui.charts.shared import stage_style
+from app.core.stage_table import RECORD_NAMES, STAGE
+from app.ui.charts.shared import CUT, STAGES, stage_style
 from app.ui.charts.step_chart import StepChart
 from app.ui.formatting import format_prob
 from backends.ops import NUMPY
@@ -77,3 +78,10 @@ def test_dry_cuts_only_where_its_penalty_overflows_and_says_so(chart):
     chart.show_sample(s, tuple(f"t{int(i)}" for i in s.top_ids[: s.top_n]))
     assert s.cut_by(0) == "dry" and int(s.top_ids[0]) == top
     assert "it would extend a repeat so long that DRY's penalty is infinite" in first_cut(chart, s, "dry")
+
+
+def test_the_charts_keep_a_colour_per_stage_and_read_its_label_from_the_stage_table():
+    assert set(STAGES) <= set(RECORD_NAMES)  # no colour for a stage the table does not know
+    for name in RECORD_NAMES:
+        assert stage_style(name).label == STAGE[name].label
+    assert stage_style("warp").label == "warp" and stage_style("warp").color == CUT  # an unknown name: grey

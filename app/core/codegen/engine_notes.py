@@ -1,11 +1,13 @@
 """What each engine can and cannot say of the app's settings, as the notes View code writes beside its lines
 (`codegen.py`): which filters cut anything, whether temperature's place matters, the stages an engine lacks, the
-seed's and top-p 0's meaning. Text only: nothing here imports an engine.
+seed's and top-p 0's meaning. Which engine has which stage is the stage table's. Text only: nothing here imports an
+engine.
 """
 
 from __future__ import annotations
 
-from app.core.settings import ENGINE_CHAINS, SamplerSettings
+from app.core.settings import SamplerSettings
+from app.core.stage_table import STAGE, record_name
 
 
 # what each engine can and cannot say ---------------------------------------------------------------------------
@@ -20,15 +22,16 @@ def order_matters(s: SamplerSettings) -> bool:
     return not s.draws_top_token and s.temperature != 1 and bool(filters(s))
 
 
-# the stages each engine has: those of its own order ("the server": vLLM's, with its top-k and min-p)
-ENGINE_STAGES = {name: set(ENGINE_CHAINS[key]) for name, key in (("mlx-lm", "mlx-lm"), ("transformers", "transformers"),
-                                                                  ("the server", "vllm"), ("llama.cpp", "llama.cpp"))}
+# the engine a snippet names -> its key in the stage table ("the server": vLLM's, with its top-k and min-p)
+ENGINE_KEYS = {"mlx-lm": "mlx-lm", "transformers": "transformers", "the server": "vllm", "llama.cpp": "llama.cpp"}
 
 
 def missing_note(s: SamplerSettings, engine: str) -> str | None:
-    """The stages that are on here and that `engine` does not have (dynamic temperature: only llama.cpp's)."""
-    names = [n for n in s.enabled_stages() if n not in ENGINE_STAGES[engine] | {"logit_bias", "temperature"}]
-    if s.dynatemp_range > 0 and not s.greedy and engine != "llama.cpp":
+    """The stages that are on here and that `engine` does not have (a stage row names the engines that have it;
+    dynamic temperature, which temperature records itself as, last)."""
+    key = ENGINE_KEYS[engine]
+    names = [n for n in s.enabled_stages() if key not in STAGE[n].engines]
+    if record_name(s, "temperature") == "dynatemp" and key not in STAGE["dynatemp"].engines:
         names.append("dynatemp")
     return f"{engine} has no {', '.join(names)}: left out here, so its tokens can differ." if names else None
 

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from app.core.codegen.engine_notes import filters, missing_note, order_matters, seed_note, top_p_zero_note
 from app.core.events import Message
 from app.core.models.sources import BUILTIN_NAME, BUILTIN_PATH, is_builtin
-from app.core.remote.server_request import EXTENSIONS, llama_cpp_samplers, request_fields
+from app.core.remote.server_request import DIALECTS, EXTENSIONS, request_fields
 from app.core.settings import SamplerSettings, StageOrder
+from app.core.stage_table import STAGE
 
 WIDTH = 100  # of a comment line
 
@@ -166,7 +167,9 @@ def _mlx_processors(s: SamplerSettings) -> list[str]:
 
 
 # transformers -----------------------------------------------------------------------------------------------------
-WARPERS = {"top_k": "TopKLogitsWarper", "top_p": "TopPLogitsWarper", "min_p": "MinPLogitsWarper"}
+def _warper(name: str) -> str:
+    """transformers' logits processor for stage `name` (the stage table's name for it)."""
+    return STAGE[name].engines["transformers"]
 
 
 def transformers(req: CodeRequest) -> Snippet:
@@ -193,7 +196,7 @@ def _hf_imports(s: SamplerSettings, last: bool) -> list[str]:
     if s.frequency_penalty or s.presence_penalty:
         names |= {"LogitsProcessor", "LogitsProcessorList"}
     if last:
-        names |= {"LogitsProcessorList", "TemperatureLogitsWarper", *(WARPERS[k] for k in filters(s))}
+        names |= {"LogitsProcessorList", _warper("temperature"), *(_warper(k) for k in filters(s))}
     return sorted(names)
 
 
@@ -228,8 +231,8 @@ def _hf_processors(s: SamplerSettings, last: bool) -> list[Arg]:
                        "generate()'s own is the app's: CTRL's, over the prompt and the output"))
     items = ["OpenAIPenalties()"] if s.frequency_penalty or s.presence_penalty else []
     if last:
-        items += [f"{WARPERS[k]}({v!r})" for k, v in filters(s).items()]
-        items.append(f"TemperatureLogitsWarper({s.temperature!r})")
+        items += [f"{_warper(k)}({v!r})" for k, v in filters(s).items()]
+        items.append(f"{_warper('temperature')}({s.temperature!r})")
     if items:
         out.append(_kw("logits_processor", "\n".join(_wrapped("LogitsProcessorList([", items, "])", "    "))))
     return out
@@ -336,23 +339,14 @@ def openai_curl(req: CodeRequest) -> Snippet:
 
 # llama.cpp --------------------------------------------------------------------------------------------------------
 def llama_cpp_body(req: CodeRequest) -> dict:
+    """The body of llama.cpp's /completion: what the app sends its server (`request_fields`, one mapping), with
+    /completion's own names for the length and the logit bias, and its log-probabilities and prompt cache."""
     s = req.settings
-    g = s.draws_top_token
+    sent = request_fields(s, req.seed, dialect=DIALECTS["llama.cpp"])
     body = {"prompt": req.rendered if req.messages is not None and req.rendered else req.prompt,
-            "n_predict": s.max_tokens, "temperature": 0 if g else s.temperature, "top_k": 0 if g else s.top_k,
-            "top_p": 1.0 if g else s.top_p, "min_p": 0.0 if g else s.min_p,
-            "repeat_penalty": s.repetition_penalty, "repeat_last_n": -1, "frequency_penalty": s.frequency_penalty,
-            "presence_penalty": s.presence_penalty, "seed": req.seed, "n_probs": req.top_logprobs,
-            "typical_p": s.typical_p, "top_n_sigma": s.top_n_sigma or -1, "xtc_probability": s.xtc_probability,
-            "xtc_threshold": s.xtc_threshold, "dynatemp_range": s.dynatemp_range,
-            "dynatemp_exponent": s.dynatemp_exponent, "samplers": llama_cpp_samplers(s),
-            "mirostat": 2 if s.mirostat_tau > 0 else 0, "mirostat_tau": s.mirostat_tau, "mirostat_eta": s.mirostat_eta,
-            "dry_multiplier": s.dry_multiplier, "dry_base": s.dry_base, "dry_allowed_length": s.dry_allowed_length,
-            "dry_sequence_breakers": list(s.dry_breakers), "dry_penalty_last_n": -1}
+            "n_predict": sent.pop("max_tokens"), **sent, "repeat_last_n": -1, "n_probs": req.top_logprobs}
     if s.logit_bias:
         body["logit_bias"] = [[tid, v] for tid, v in s.logit_bias]
-    if s.stop:
-        body["stop"] = list(s.stop)
     return {**body, "cache_prompt": True}
 
 

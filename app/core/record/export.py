@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from app.core.settings import ENGINE_CHAINS, SamplerSettings, complete_chain
+from app.core.stage_table import ROWS
 
 if TYPE_CHECKING:
     from app.core.record.trace import RunTrace, StepTrace
@@ -60,30 +61,11 @@ def css_color(level: int) -> str:
 
 # Markdown and HTML --------------------------------------------------------------------------------------------
 def describe(s: SamplerSettings) -> str:
-    """The settings in one line, as a person reads them: the four main samplers, the other stages that are on, and
-    the order the stages run in."""
-    parts = ["greedy" if s.greedy else f"temperature {s.temperature:g}",
-             f"top-k {s.top_k}" if s.top_k else "top-k off", f"top-p {s.top_p:g}" if s.top_p < 1 else "top-p off",
-             f"min-p {s.min_p:g}" if s.min_p else "min-p off"]
-    if s.uses_penalties:
-        parts.append(f"penalties: repetition {s.repetition_penalty:g}, frequency {s.frequency_penalty:g}, "
-                     f"presence {s.presence_penalty:g}")
-    on = s.enabled_stages()
-    parts += [text(s) for name, text in _MORE.items() if name in on or (name == "dynatemp" and s.dynatemp_range > 0)]
+    """The settings in one line, as a person reads them: the four main samplers, then each other stage that is on
+    (the penalties first), as its row of the stage table says it, and the order the stages run in."""
+    said = [row for row in ROWS if row.says is not None]
+    parts = [row.says(s) for row in said if row.main] + [row.says(s) for row in said if not row.main and row.is_on(s)]
     return " · ".join([*parts, f"order: {order_text(s)}" if s.chain else s.order.value])
-
-
-_MORE = {  # the stages beyond the four main ones, each as `describe` writes it when it is on
-    "logit_bias": lambda s: f"logit bias on {sum(1 for _, v in s.logit_bias if v)} token(s)",
-    "typical_p": lambda s: f"typical-p {s.typical_p:g}",
-    "top_n_sigma": lambda s: f"top-n-sigma {s.top_n_sigma:g}",
-    "epsilon_cutoff": lambda s: f"epsilon {s.epsilon_cutoff:g}",
-    "eta_cutoff": lambda s: f"eta {s.eta_cutoff:g}",
-    "xtc": lambda s: f"XTC threshold {s.xtc_threshold:g}, probability {s.xtc_probability:g}",
-    "dynatemp": lambda s: f"dynamic temperature ±{s.dynatemp_range:g}, exponent {s.dynatemp_exponent:g}",
-    "dry": lambda s: f"DRY ×{s.dry_multiplier:g}, base {s.dry_base:g}, allowed {s.dry_allowed_length}",
-    "mirostat": lambda s: f"mirostat τ {s.mirostat_tau:g}, η {s.mirostat_eta:g}",
-}
 
 
 def order_text(s: SamplerSettings) -> str:

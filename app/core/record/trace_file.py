@@ -18,12 +18,12 @@ import numpy as np
 from app.core.files import brief, check_header, is_a, json_number, parse_json, read_field, read_number, whole
 from app.core.metrics import Metrics
 from app.core.record.record import SCALARS, Sample, StepTrace, json_floats
-from app.core.settings import STAGES as SAMPLER_STAGES
 from app.core.settings import read_settings
+from app.core.stage_table import RECORD_NAMES
 
 FORMAT = "logitlab-trace"
 VERSION = 1
-STAGES = ("penalties", "greedy", *SAMPLER_STAGES)  # the names a record's stages have
+STAGES = RECORD_NAMES  # the names a record's stages have (dynamic temperature's included)
 MAX_ID = 2**31 - 1  # token ids are int32
 HEADER = ("run_id", "parent", "model", "settings", "seed", "prompt_ids", "prompt_text", "branch")  # a run's fields
 FOOTER = ("finish_reason", "finish_message", "metrics")

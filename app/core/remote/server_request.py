@@ -5,7 +5,9 @@ server: top-k 40, top-p 0.95, min-p 0.05, repeat penalty 1.1), so a setting that
 as its neutral value, under the name the server knows (llama.cpp: `repeat_penalty`; vLLM, mlx_lm.server:
 `repetition_penalty`). A server is recognised from its /v1/models list; one we do not recognise gets OpenAI's own
 fields and the common extensions (top_k, min_p, repetition_penalty) only when they are on, so that a server that
-does not know them refuses them with its own message rather than ignoring them. The run records what it sent.
+does not know them refuses them with its own message rather than ignoring them. The run records what it sent;
+View code writes the same mapping. Which stages each engine takes, and the value it reads as off where that is not
+ours (vLLM's top-k -1, llama.cpp's top-n-sigma -1), are the stage table's (`app.core.stage_table`).
 """
 
 from __future__ import annotations
@@ -15,19 +17,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.core.settings import SamplerSettings
+from app.core.stage_table import ROWS, STAGE, engine_stages
 
-STANDARD = {"temperature": "temperature", "top_p": "top_p", "frequency_penalty": "frequency_penalty",
-            "presence_penalty": "presence_penalty"}  # OpenAI's own sampling fields
-EXTENSIONS = {"top_k": "top_k", "min_p": "min_p", "repetition_penalty": "repetition_penalty"}
-XTC = {"xtc_probability": "xtc_probability", "xtc_threshold": "xtc_threshold"}
-LLAMA_CPP_MORE = {**XTC, "typical_p": "typical_p", "top_n_sigma": "top_n_sigma", "dynatemp_range": "dynatemp_range",
-                  "dynatemp_exponent": "dynatemp_exponent", "order": "samplers", "mirostat": "mirostat",
-                  "mirostat_tau": "mirostat_tau", "mirostat_eta": "mirostat_eta", "dry_multiplier": "dry_multiplier",
-                  "dry_base": "dry_base", "dry_allowed_length": "dry_allowed_length",
-                  "dry_breakers": "dry_sequence_breakers", "dry_last_n": "dry_penalty_last_n"}
-# our stage -> llama.cpp's sampler name in its `samplers` list (logit bias is always first there, outside the list)
-LLAMA_CPP_SAMPLERS = {"dry": "dry", "top_n_sigma": "top_n_sigma", "top_k": "top_k", "typical_p": "typ_p",
-                      "top_p": "top_p", "min_p": "min_p", "xtc": "xtc", "temperature": "temperature"}
+
+def stage_fields(engine: str) -> dict[str, str]:
+    """Our settings -> their request fields, for the stages `engine` has (a row of the stage table names it): each
+    under our name (logit bias apart: sent only when set)."""
+    return {f: f for row in engine_stages(engine) if row.name != "logit_bias" for f in row.fields}
+
+
+PENALTIES = {"frequency_penalty": "frequency_penalty", "presence_penalty": "presence_penalty"}  # OpenAI's own
+STANDARD = {**stage_fields("openai"), **PENALTIES}  # OpenAI's own sampling fields
+# the common extensions: what vLLM takes beyond them (top-k, min-p) and the repetition penalty
+EXTENSIONS = {**{f: f for f in stage_fields("vllm") if f not in STANDARD}, "repetition_penalty": "repetition_penalty"}
+# llama.cpp's own names (ours -> its), and what it takes beyond its stages' settings: its sampler list (our order),
+# mirostat's mode (2 when on) and how far back DRY looks
+LLAMA_CPP_NAMES = {"repetition_penalty": "repeat_penalty", "dry_breakers": "dry_sequence_breakers"}
+LLAMA_CPP_MORE = {"order": "samplers", "mirostat": "mirostat", "dry_last_n": "dry_penalty_last_n"}
 SERVER_NOTES = {
     "top_k": "sent to vLLM, llama.cpp and mlx_lm.server, off included (0; vLLM: -1); a server not recognised gets "
              "it only when on (OpenAI's own API refuses it)",
@@ -40,7 +46,7 @@ SERVER_NOTES = {
 }
 MORE_SERVER_NOTES = {  # the same, for the settings folded under "More samplers"
     "typical_p": "sent to llama.cpp only (vLLM, mlx_lm.server and OpenAI do not take it)",
-    "top_n_sigma": "sent to llama.cpp only",
+    "top_n_sigma": "sent to llama.cpp only, off as -1 (its own off: there 0 may run top-n-sigma alone)",
     "xtc_probability": "sent to llama.cpp and mlx_lm.server (which never removes a newline or an end token); the "
                        "server flips its own coin",
     "dynatemp_range": "sent to llama.cpp only",
@@ -59,20 +65,24 @@ class Dialect:
 
     name: str
     fields: Mapping[str, str] = field(default_factory=dict)
-    top_k_off: int = 0  # the value that turns its top-k off
+    engine: str = "openai"  # whose off values it reads (a key of a stage row's `off`)
     interrupts_streams: bool = False  # a new request ends a running stream: samples run one after another
     known: bool = True  # False: a server we do not recognise (extensions sent only when they are on)
 
 
+def _llama_cpp_fields() -> dict[str, str]:
+    ours = {**STANDARD, **EXTENSIONS, **stage_fields("llama.cpp"), **LLAMA_CPP_MORE}
+    return {k: LLAMA_CPP_NAMES.get(k, v) for k, v in ours.items()}
+
+
 OPENAI = Dialect("OpenAI-compatible", STANDARD, known=False)
 DIALECTS = {
-    "vllm": Dialect("vLLM", {**STANDARD, **EXTENSIONS}, top_k_off=-1),
-    "llama.cpp": Dialect("llama.cpp", {**STANDARD, **EXTENSIONS, "repetition_penalty": "repeat_penalty",
-                                       **LLAMA_CPP_MORE}),
+    "vllm": Dialect("vLLM", {**STANDARD, **EXTENSIONS}, "vllm"),
+    "llama.cpp": Dialect("llama.cpp", _llama_cpp_fields(), "llama.cpp"),
     # llama-cpp-python's server, as it ships, ends a running stream when any other request arrives
-    "llama-cpp-python": Dialect("llama-cpp-python", {**STANDARD, **EXTENSIONS,
-                                                     "repetition_penalty": "repeat_penalty"}, interrupts_streams=True),
-    "mlx_lm": Dialect("mlx_lm.server", {**STANDARD, **EXTENSIONS, **XTC}),
+    "llama-cpp-python": Dialect("llama-cpp-python", {**STANDARD, **EXTENSIONS, "repetition_penalty": "repeat_penalty"},
+                                "llama.cpp", interrupts_streams=True),
+    "mlx_lm": Dialect("mlx_lm.server", {**STANDARD, **EXTENSIONS, **stage_fields("mlx-lm")}, "mlx-lm"),
     "openai": OPENAI,
 }
 
@@ -92,25 +102,26 @@ def detect(models: Sequence[Mapping[str, Any]]) -> Dialect:
 
 
 def neutral_values(s: SamplerSettings, dialect: Dialect) -> dict[str, Any]:
-    """Our settings as the server's numbers (off as its neutral value). Always the top token is asked for as
-    temperature 0: our top-p 0 keeps one token, where mlx-lm reads 0 as off and vLLM refuses it."""
+    """Our settings as the server's numbers (off as its neutral value: ours, or the one its engine reads as off).
+    Always the top token is asked for as temperature 0: our top-p 0 keeps one token, where mlx-lm reads 0 as off
+    and vLLM refuses it."""
     if s.draws_top_token:
         s = s.with_(temperature=0.0, top_p=1.0)
-    return {"temperature": s.temperature, "top_p": s.top_p,
-            "top_k": s.top_k or dialect.top_k_off, "min_p": s.min_p, "repetition_penalty": s.repetition_penalty,
-            "frequency_penalty": s.frequency_penalty, "presence_penalty": s.presence_penalty,
-            "typical_p": s.typical_p, "top_n_sigma": s.top_n_sigma, "xtc_probability": s.xtc_probability,
-            "xtc_threshold": s.xtc_threshold, "dynatemp_range": s.dynatemp_range,
-            "dynatemp_exponent": s.dynatemp_exponent, "order": llama_cpp_samplers(s),
-            "mirostat": 2 if s.mirostat_tau > 0 else 0, "mirostat_tau": s.mirostat_tau, "mirostat_eta": s.mirostat_eta,
-            "dry_multiplier": s.dry_multiplier, "dry_base": s.dry_base, "dry_allowed_length": s.dry_allowed_length,
-            "dry_breakers": list(s.dry_breakers), "dry_last_n": -1}
+    values = {f: _json(getattr(s, f)) for row in ROWS for f in row.fields}
+    values |= {row.fields[0]: row.off[dialect.engine] for row in ROWS
+               if dialect.engine in row.off and not row.is_on(s)}
+    return {**values, "order": llama_cpp_samplers(s), "mirostat": 2 if s.mirostat_tau > 0 else 0, "dry_last_n": -1}
+
+
+def _json(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
 
 
 def llama_cpp_samplers(s: SamplerSettings) -> list[str]:
     """Our order as llama.cpp's `samplers` list: its penalties first (as ours run first), then the stages that are
-    on and that it has (typical-p is its `typ_p`); a sampler left out of the list is off there."""
-    return ["penalties", *(LLAMA_CPP_SAMPLERS[n] for n in s.enabled_stages() if n in LLAMA_CPP_SAMPLERS)]
+    on and that have an entry there (typical-p is its `typ_p`); a sampler left out of the list is off there."""
+    names = (STAGE[n].engines.get("llama.cpp") for n in s.enabled_stages())
+    return ["penalties", *(name for name in names if name)]
 
 
 def logit_bias(s: SamplerSettings) -> dict[str, float]:
@@ -124,8 +135,9 @@ def request_fields(settings: SamplerSettings, seed: int, max_tokens: int | None 
     values = neutral_values(settings, dialect)
     params: dict[str, Any] = {theirs: values[ours] for ours, theirs in dialect.fields.items()}
     if not dialect.known:  # only what is on: a server that does not know a field refuses it with its own message
-        off = {"top_k": dialect.top_k_off, "min_p": 0, "repetition_penalty": 1}
-        params.update({theirs: values[ours] for ours, theirs in EXTENSIONS.items() if values[ours] != off[ours]})
+        on = {row.fields[0] for row in ROWS if row.chain and row.is_on(settings)}
+        on |= {"repetition_penalty"} if settings.repetition_penalty != 1 else set()
+        params.update({theirs: values[ours] for ours, theirs in EXTENSIONS.items() if ours in on})
     params.update(max_tokens=max_tokens or settings.max_tokens, seed=seed)
     if settings.logit_bias:  # every dialect takes it (OpenAI's own field); sent only when set
         params["logit_bias"] = logit_bias(settings)

@@ -1,113 +1,27 @@
-"""The sampler pipeline: penalties, then small stages in the chosen order (what `sampling.py` runs and draws from).
-
-Written once against `ArrayOps`, so the same definition runs on numpy (the reference), mlx and torch.
-A stage takes logits and returns a `Cut`: the logits it left (a cut token's logit is -inf) and where it cut.
-`History` holds the token counts the penalties need; `Dist` is the softmax the draw and the record read.
+"""The sampler pipeline: penalties, then the stages the settings turn on, in their order (what `sampling.py` runs
+and draws from). Written once against `ArrayOps`, so the same definition runs on numpy (the reference), mlx and torch.
+A stage (`stages.py`) takes logits and returns a `Cut`: the logits it left (a cut token's logit is -inf) and where
+it cut. `History` holds the token counts the penalties need; `Dist` is the softmax the draw and the record read.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
 
 import numpy as np
 
-from app.core.sampler import stages as more
-from app.core.sampler.stages import NEG_INF, SCALED_LIMIT, Cut
+from app.core.sampler.stages import BUILDERS, NEG_INF, Cut, Stage
 from app.core.settings import SamplerSettings
 from backends.ops import Array, ArrayOps
 
 LOGIT_LIMIT = 1e9  # raw logits are clipped here: NaN/-huge become -inf, +inf becomes this
 
-# A stage: its name in the record, and its function of (ops, logits (V,), the step's numbers (2,) or (3,), DRY's
-# penalties (V,) or None).
-Stage = tuple[str, Callable[[ArrayOps, Array, Array, Array | None], Cut]]
-
-
-def apply_temperature(ops: ArrayOps, x: Array, t: float) -> Cut:
-    if t == 0:
-        return Cut(apply_top_k(ops, x, 1).x)  # greedy: the top token, ties to the lowest id
-    y = ops.minimum(ops.maximum(x / t, -SCALED_LIMIT), SCALED_LIMIT)
-    return Cut(ops.where(ops.isfinite(x), y, NEG_INF))
-
-
-def apply_top_k(ops: ArrayOps, x: Array, k: int) -> Cut:
-    """Keep exactly k tokens (fewer only if fewer are finite); ties at the k-th value go to lower ids."""
-    kth = ops.max(x) if k == 1 else ops.kth_largest(x, k)
-    return Cut(keep_first(ops, x, kth, k), line=kth)
-
-
-def apply_top_p(ops: ArrayOps, x: Array, p: float) -> Cut:
-    """Keep the smallest prefix of the most likely tokens whose mass reaches p (at least one token)."""
-    sorted_x = ops.sort_desc(x)  # values only: the prefix is then cut by value, without an argsort + scatter
-    e = ops.exp(sorted_x - sorted_x[0])  # the first is the largest
-    sorted_p = e / ops.sum(e)
-    cdf = ops.cumsum(sorted_p)
-    n = ops.sum((cdf - sorted_p < max(p, 1e-30)) & ops.isfinite(sorted_x))  # by the mass strictly before each
-    return Cut(keep_first(ops, x, ops.take(sorted_x, ops.maximum(n - 1, 0)), n), mass=p, order=(sorted_x, cdf))
-
-
-def keep_first(ops: ArrayOps, x: Array, kth: Array, n: Array | int) -> Array:
-    """The first n tokens in descending order, ties broken by lower id, given the n-th value `kth`: all above
-    it, then as many of those equal to it as there is room for. O(vocabulary), no sort."""
-    above, tied = x > kth, x == kth
-    room = n - ops.sum(above)
-    return ops.where(above | (tied & (ops.count_cumsum(tied) <= room)), x, NEG_INF)
-
-
-def apply_min_p(ops: ArrayOps, x: Array, m: float) -> Cut:
-    """Keep tokens whose probability is at least m times the top token's."""
-    line = ops.max(x) + math.log(m)
-    return Cut(ops.where(x >= line, x, NEG_INF), line=line)
-
 
 def make_stages(s: SamplerSettings, vocab: int) -> list[Stage]:
     """The enabled stages (`SamplerSettings.enabled_stages`), in the settings' order."""
-    return [_BUILDERS[name](s, vocab) for name in s.enabled_stages(vocab)]
-
-
-def _plain(name: str, fn: Callable[..., Cut], **kw: Any) -> Stage:
-    """A stage that does not read the step's uniforms."""
-    return name, lambda ops, x, u, dry: fn(ops, x, **kw)
-
-
-def _temperature(s: SamplerSettings, vocab: int) -> Stage:
-    if s.greedy:
-        return _plain("greedy", apply_temperature, t=0.0)
-    if s.dynatemp_range > 0:
-        return _plain("dynatemp", more.apply_dynatemp, t=s.temperature, spread=s.dynatemp_range,
-                      exponent=s.dynatemp_exponent)
-    return _plain("temperature", apply_temperature, t=s.temperature)
-
-
-def _logit_bias(s: SamplerSettings, vocab: int) -> Stage:
-    bias = np.zeros(vocab, dtype=np.float32)
-    for tid, value in s.logit_bias:
-        if tid < vocab:
-            bias[tid] = value
-    return "logit_bias", lambda ops, x, u, dry, b=bias: more.apply_logit_bias(ops, x, ops.f32(b))
-
-
-_BUILDERS: dict[str, Callable[[SamplerSettings, int], Stage]] = {
-    "logit_bias": _logit_bias,
-    "temperature": _temperature,
-    "top_k": lambda s, v: _plain("top_k", apply_top_k, k=s.top_k),
-    "top_p": lambda s, v: _plain("top_p", apply_top_p, p=s.top_p),
-    "min_p": lambda s, v: _plain("min_p", apply_min_p, m=s.min_p),
-    "typical_p": lambda s, v: _plain("typical_p", more.apply_typical_p, mass=s.typical_p),
-    "top_n_sigma": lambda s, v: _plain("top_n_sigma", more.apply_top_n_sigma, n=s.top_n_sigma),
-    "epsilon_cutoff": lambda s, v: _plain("epsilon_cutoff", more.apply_epsilon_cutoff, epsilon=s.epsilon_cutoff),
-    "eta_cutoff": lambda s, v: _plain("eta_cutoff", more.apply_eta_cutoff, epsilon=s.eta_cutoff),
-    "xtc": lambda s, v: ("xtc", lambda ops, x, u, dry: more.apply_xtc(ops, x, u[1], s.xtc_threshold,
-                                                                      s.xtc_probability)),
-    "dry": lambda s, v: ("dry", lambda ops, x, u, dry: more.apply_dry(ops, x, dry)),
-    # μ is the step's third number; a caller that hands only two (no run state) gets the starting μ, 2τ
-    "mirostat": lambda s, v: ("mirostat", lambda ops, x, u, dry: more.apply_mirostat(
-        ops, x, u[2] if u.shape[0] > 2 else ops.f32(2 * s.mirostat_tau))),
-}
+    return [BUILDERS[name](s, vocab) for name in s.enabled_stages(vocab)]
 
 
 @dataclass

@@ -86,7 +86,7 @@ def check_name(name: Any) -> str:
 
 
 def _shipped(name: str, note: str, order: StageOrder | str = FIRST, **values: Any) -> Preset:
-    """A shipped preset; `order` an old order or an engine's name (its own chain, `settings.ENGINE_CHAINS`)."""
+    """A shipped preset; `order` an old order or an engine's name (its own chain, `stage_table.ENGINE_CHAINS`)."""
     order, chain = parse_order(order.value if isinstance(order, StageOrder) else order)
     return Preset(name, SamplerSettings(**values, order=order, chain=chain), note, shipped=True)
 

@@ -380,5 +380,5 @@ def _with_raw_of(s: Sample, recorded: Sample) -> Sample:
     if recorded.top_n < n or not np.array_equal(recorded.top_ids[:n], s.top_ids[:n]):
         return s
     at = int(np.flatnonzero(recorded.top_ids == s.token)[0])
-    return s.with_raw(recorded.probs[0, :n], float(recorded.top_logits[at]) - recorded.raw_lse, recorded.entropy,
-                      recorded.raw_lse)
+    return s.with_values(recorded.probs[0, :n], raw_logprob=float(recorded.top_logits[at]) - recorded.raw_lse,
+                         entropy=recorded.entropy, raw_lse=recorded.raw_lse)

@@ -1,12 +1,12 @@
-"""The sampler stages beyond temperature, top-k, top-p and min-p: typical-p, top-n-sigma, epsilon and eta cutoffs,
-XTC, dynamic temperature, mirostat v2, DRY and logit bias.
+"""The sampler stages, each one small function `(ops, x, ...) -> Cut`: temperature, top-k, top-p, min-p, typical-p,
+top-n-sigma, epsilon and eta cutoffs, XTC, dynamic temperature, mirostat v2, DRY and logit bias; and `BUILDERS`,
+which makes each stage of the table (`app.core.stage_table`, same names) from the settings.
 
-Each is one small function `(ops, x, ...) -> Cut`, written once against `ArrayOps` (numpy is the reference; mlx
-and torch run the same code). A stage records where it cut in its input's probability space (`Cut.prob`) or as a
-logit line (`Cut.line`); the dynamic temperature records the temperature it applied. XTC's coin is the step's
-second uniform (`xtc_uniform`), made from the run's own draw, so a seed replays it and the trace's `u` records it.
-DRY's penalties come from the token sequence, on the host (`dry_penalties`); the device stage subtracts them.
-Knows nothing of settings or order: `pipeline.make_stages` picks and orders the stages.
+Written once against `ArrayOps` (numpy is the reference; mlx and torch run the same code). A stage records where it
+cut in its input's probability space (`Cut.prob`) or as a logit line (`Cut.line`); the dynamic temperature records
+the temperature it applied. XTC's coin is the step's second uniform (`xtc_uniform`), made from the run's own draw,
+so a seed replays it and the trace's `u` records it. DRY's penalties come from the token sequence, on the host
+(`dry_penalties`); the device stage subtracts them. Which stages run, and in what order: `pipeline.make_stages`.
 """
 
 from __future__ import annotations
@@ -14,11 +14,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from functools import lru_cache
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from app.core.stage_table import record_name
 from backends.ops import Array, ArrayOps
+
+if TYPE_CHECKING:
+    from app.core.settings import SamplerSettings
 
 NEG_INF = float("-inf")
 NAN = float("nan")
@@ -42,6 +46,43 @@ def xtc_uniform(u: float) -> float:
     """XTC's uniform number for a step drawn with `u` (a float64 from the run's generator): its bits below the
     float32 the draw reads, as a number in [0, 1). Reproducible from the recorded `u`, independent of the draw."""
     return (u * XTC_BITS) % 1.0
+
+
+def apply_temperature(ops: ArrayOps, x: Array, t: float) -> Cut:
+    if t == 0:
+        return Cut(apply_top_k(ops, x, 1).x)  # greedy: the top token, ties to the lowest id
+    y = ops.minimum(ops.maximum(x / t, -SCALED_LIMIT), SCALED_LIMIT)
+    return Cut(ops.where(ops.isfinite(x), y, NEG_INF))
+
+
+def apply_top_k(ops: ArrayOps, x: Array, k: int) -> Cut:
+    """Keep exactly k tokens (fewer only if fewer are finite); ties at the k-th value go to lower ids."""
+    kth = ops.max(x) if k == 1 else ops.kth_largest(x, k)
+    return Cut(keep_first(ops, x, kth, k), line=kth)
+
+
+def apply_top_p(ops: ArrayOps, x: Array, p: float) -> Cut:
+    """Keep the smallest prefix of the most likely tokens whose mass reaches p (at least one token)."""
+    sorted_x = ops.sort_desc(x)  # values only: the prefix is then cut by value, without an argsort + scatter
+    e = ops.exp(sorted_x - sorted_x[0])  # the first is the largest
+    sorted_p = e / ops.sum(e)
+    cdf = ops.cumsum(sorted_p)
+    n = ops.sum((cdf - sorted_p < max(p, 1e-30)) & ops.isfinite(sorted_x))  # by the mass strictly before each
+    return Cut(keep_first(ops, x, ops.take(sorted_x, ops.maximum(n - 1, 0)), n), mass=p, order=(sorted_x, cdf))
+
+
+def keep_first(ops: ArrayOps, x: Array, kth: Array, n: Array | int) -> Array:
+    """The first n tokens in descending order, ties broken by lower id, given the n-th value `kth`: all above
+    it, then as many of those equal to it as there is room for. O(vocabulary), no sort."""
+    above, tied = x > kth, x == kth
+    room = n - ops.sum(above)
+    return ops.where(above | (tied & (ops.count_cumsum(tied) <= room)), x, NEG_INF)
+
+
+def apply_min_p(ops: ArrayOps, x: Array, m: float) -> Cut:
+    """Keep tokens whose probability is at least m times the top token's."""
+    line = ops.max(x) + math.log(m)
+    return Cut(ops.where(x >= line, x, NEG_INF), line=line)
 
 
 def _log_softmax(ops: ArrayOps, x: Array) -> tuple[Array, Array]:
@@ -187,3 +228,48 @@ def dry_breaker_ids(token_text: Callable[[int], str], vocab: int, breakers: tupl
     if not breakers:
         return frozenset()
     return frozenset(i for i in range(vocab) if any(b in token_text(i) for b in breakers))
+
+
+# the stages as the pipeline runs them ---------------------------------------------------------------------------
+# A stage: its name in the record, and its function of (ops, logits (V,), the step's numbers (2,) or (3,), DRY's
+# penalties (V,) or None).
+Stage = tuple[str, Callable[[ArrayOps, Array, Array, Array | None], Cut]]
+
+
+def _plain(name: str, fn: Callable[..., Cut], **kw: Any) -> Stage:
+    """A stage that does not read the step's uniforms."""
+    return name, lambda ops, x, u, dry: fn(ops, x, **kw)
+
+
+def _temperature(s: SamplerSettings, vocab: int) -> Stage:
+    name = record_name(s, "temperature")  # greedy at 0, dynatemp with a range
+    if name == "dynatemp":
+        return _plain(name, apply_dynatemp, t=s.temperature, spread=s.dynatemp_range, exponent=s.dynatemp_exponent)
+    return _plain(name, apply_temperature, t=s.temperature)
+
+
+def _logit_bias(s: SamplerSettings, vocab: int) -> Stage:
+    bias = np.zeros(vocab, dtype=np.float32)
+    for tid, value in s.logit_bias:
+        if tid < vocab:
+            bias[tid] = value
+    return "logit_bias", lambda ops, x, u, dry, b=bias: apply_logit_bias(ops, x, ops.f32(b))
+
+
+# stage name (a row of the stage table) -> (settings, vocabulary size) -> the stage
+BUILDERS: dict[str, Callable[[SamplerSettings, int], Stage]] = {
+    "logit_bias": _logit_bias,
+    "temperature": _temperature,
+    "top_k": lambda s, v: _plain("top_k", apply_top_k, k=s.top_k),
+    "top_p": lambda s, v: _plain("top_p", apply_top_p, p=s.top_p),
+    "min_p": lambda s, v: _plain("min_p", apply_min_p, m=s.min_p),
+    "typical_p": lambda s, v: _plain("typical_p", apply_typical_p, mass=s.typical_p),
+    "top_n_sigma": lambda s, v: _plain("top_n_sigma", apply_top_n_sigma, n=s.top_n_sigma),
+    "epsilon_cutoff": lambda s, v: _plain("epsilon_cutoff", apply_epsilon_cutoff, epsilon=s.epsilon_cutoff),
+    "eta_cutoff": lambda s, v: _plain("eta_cutoff", apply_eta_cutoff, epsilon=s.eta_cutoff),
+    "xtc": lambda s, v: ("xtc", lambda ops, x, u, dry: apply_xtc(ops, x, u[1], s.xtc_threshold, s.xtc_probability)),
+    "dry": lambda s, v: ("dry", lambda ops, x, u, dry: apply_dry(ops, x, dry)),
+    # μ is the step's third number; a caller that hands only two (no run state) gets the starting μ, 2τ
+    "mirostat": lambda s, v: ("mirostat", lambda ops, x, u, dry: apply_mirostat(
+        ops, x, u[2] if u.shape[0] > 2 else ops.f32(2 * s.mirostat_tau))),
+}

@@ -17,6 +17,8 @@ from PySide6.QtCore import QEvent, Qt
 from PySide6.QtGui import QColor, QCursor, QPalette
 from PySide6.QtWidgets import QToolTip, QWidget
 
+from app.core import stage_table
+
 pg.setConfigOptions(antialias=False, useNumba=False)  # where pyqtgraph is first imported
 
 RAW = QColor(100, 149, 237)  # cornflower: what the model proposed
@@ -34,34 +36,36 @@ def _faded(c: QColor, alpha: int = 110) -> QColor:
 
 @dataclass(frozen=True)
 class StageStyle:
-    """How the charts show a sampler stage: its name, its colour (a candidate it cut is faded in it) and, for a stage
-    that cuts at a probability of its input (its record's threshold), the style of that line."""
+    """How the charts show a sampler stage: its label (the stage table's), its colour (a candidate it cut is faded in
+    it) and, for a stage that cuts at a probability of its input (its record's threshold), the style of that line."""
 
     label: str
     color: QColor
     line: Qt.PenStyle | None = None
 
 
-# One row per stage the record can name; a stage missing here is shown in grey under its own name.
-STAGES = {
-    "greedy": StageStyle("greedy", CUT),
-    "top_k": StageStyle("top-k", QColor(0, 139, 139), Qt.PenStyle.DashDotLine),
-    "top_p": StageStyle("top-p", QColor(46, 139, 87)),  # a mass, not a probability: its running mass and line
-    "min_p": StageStyle("min-p", QColor(138, 43, 226), Qt.PenStyle.DotLine),
-    "top_n_sigma": StageStyle("top-n-sigma", QColor(199, 21, 133), Qt.PenStyle.DashLine),
-    "epsilon_cutoff": StageStyle("epsilon", QColor(184, 134, 11), Qt.PenStyle.DotLine),
-    "eta_cutoff": StageStyle("eta", QColor(139, 69, 19), Qt.PenStyle.DashDotLine),
-    "xtc": StageStyle("XTC", QColor(220, 20, 120), Qt.PenStyle.DashDotDotLine),  # cuts the tokens above its line
-    "typical_p": StageStyle("typical-p", QColor(70, 130, 180)),  # its threshold is a mass: no line
-    "logit_bias": StageStyle("logit bias", QColor(112, 128, 144)),
-    "mirostat": StageStyle("mirostat", QColor(0, 128, 128), Qt.PenStyle.DashDotDotLine),  # its line: 2^-μ
-    "dynatemp": StageStyle("dynamic temperature", CUT),  # its record's threshold is the temperature it applied
-    "dry": StageStyle("DRY", QColor(205, 92, 92)),  # subtracts penalties: cuts nothing, no line
+# A colour per stage the record can name (and the style of its threshold line, if it has one); its label is the
+# stage table's. A stage missing here is shown in grey.
+_LOOKS: dict[str, tuple[QColor, Qt.PenStyle | None]] = {
+    "greedy": (CUT, None),
+    "top_k": (QColor(0, 139, 139), Qt.PenStyle.DashDotLine),
+    "top_p": (QColor(46, 139, 87), None),  # a mass, not a probability: its running mass and line
+    "min_p": (QColor(138, 43, 226), Qt.PenStyle.DotLine),
+    "top_n_sigma": (QColor(199, 21, 133), Qt.PenStyle.DashLine),
+    "epsilon_cutoff": (QColor(184, 134, 11), Qt.PenStyle.DotLine),
+    "eta_cutoff": (QColor(139, 69, 19), Qt.PenStyle.DashDotLine),
+    "xtc": (QColor(220, 20, 120), Qt.PenStyle.DashDotDotLine),  # cuts the tokens above its line
+    "typical_p": (QColor(70, 130, 180), None),  # its threshold is a mass: no line
+    "logit_bias": (QColor(112, 128, 144), None),
+    "mirostat": (QColor(0, 128, 128), Qt.PenStyle.DashDotDotLine),  # its line: 2^-μ
+    "dynatemp": (CUT, None),  # its record's threshold is the temperature it applied
+    "dry": (QColor(205, 92, 92), None),  # subtracts penalties: cuts nothing, no line
 }
+STAGES = {name: StageStyle(stage_table.label(name), color, line) for name, (color, line) in _LOOKS.items()}
 
 
 def stage_style(name: str) -> StageStyle:
-    return STAGES.get(name) or StageStyle(name.replace("_", "-"), CUT)
+    return STAGES.get(name) or StageStyle(stage_table.label(name), CUT)
 
 
 def _show_tip(widget: QWidget, tip: str) -> None:

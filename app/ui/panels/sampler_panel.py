@@ -37,28 +37,18 @@ from app.core.settings import (
     FIELDS,
     SamplerSettings,
     SettingsError,
-    StageOrder,
     parse_order,
     read_escapes,
     write_escapes,
 )
+from app.core.stage_table import ORDER_LABELS
 from app.ui.panels.logit_bias_editor import LogitBiasEditor
 from app.ui.panels.presets_box import PresetsBox
 from app.ui.panels.sliders import LabeledDoubleSlider, LabeledSlider, line_up
 from app.ui.panels.stage_list import StageList
 from app.ui.viewmodel.editing_state import UI_MAX_SEED, EditingState
 
-# the order box: an old order or an engine's (`parse_order` reads each value), then "custom" for a dragged one
-ORDER_LABELS = {
-    StageOrder.TEMPERATURE_FIRST.value: "Temperature first",
-    StageOrder.TEMPERATURE_LAST.value: "Temperature last",
-    "llama.cpp": "llama.cpp's chain",
-    "mlx-lm": "mlx-lm's make_sampler",
-    "transformers": "transformers' generate",
-    "vllm": "vLLM's",
-    "openai": "OpenAI's",
-}
-CUSTOM = "custom"
+CUSTOM = "custom"  # the order box's last entry, after the stage table's `ORDER_LABELS`: a dragged order
 BOX_MAX = 2**31 - 1  # a number box's largest value (Qt's int), for a range with no upper end
 
 
@@ -111,6 +101,7 @@ class SamplerPanel(QWidget):
         super().__init__(parent)
         self.state = state if state is not None else EditingState(self)
         self._showing = False  # the state's settings are being put into the editors: not an edit
+        self._sent: SamplerSettings | None = None  # what the editors showed when last written to the state
         self.editors: dict[str, QWidget] = {}
         self.notes = {name: _note(text) for name, text in SERVER_NOTES.items()}  # shown for a remote model
         self.more_notes = {name: _note(text) for name, text in MORE_SERVER_NOTES.items()}  # under "More samplers"
@@ -293,17 +284,21 @@ class SamplerPanel(QWidget):
         """An editor changed: the state takes the settings shown, or learns why they are not valid."""
         if self._showing:
             return
+        self._sent = None
         try:
             settings = self.settings()
         except SettingsError as e:
             self.state.set_settings_error(str(e))
             return
+        self._sent = settings
         self.state.set_settings(settings)
 
     def _show(self, s: SamplerSettings) -> None:
         """Put the state's settings into the editors (their steps may round them: the state then takes what
         they show)."""
         self._show_order(s)  # the order and which stages are on follow every edit, the editors' own included
+        if s == self._sent:  # the editors' own edit coming back: built once, and they are left (and the cursor) be
+            return
         with contextlib.suppress(SettingsError):
             if self.settings() == s:  # the editors' own edit coming back: leave them (and the cursor) be
                 return

@@ -1,6 +1,6 @@
 """The stage order as a list the user reorders by dragging: every stage in the order it runs, those the settings
-turn on in plain text, the others greyed "(off)". It shows an order and says when a drag made a new one; the panel
-turns that into settings (`SamplerSettings.chain`)."""
+turn on in plain text, the others greyed "(off)", each by its stage table label. It shows an order and says when a
+drag made a new one; the panel turns that into settings (`SamplerSettings.chain`)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QAbstractItemView, QListWidget, QListWidgetItem, QWidget
 
-LABELS = {"logit_bias": "logit bias", "dry": "DRY", "temperature": "temperature", "top_n_sigma": "top-n-sigma",
-          "top_k": "top-k", "typical_p": "typical-p", "top_p": "top-p", "min_p": "min-p",
-          "epsilon_cutoff": "epsilon cutoff", "eta_cutoff": "eta cutoff", "xtc": "XTC", "mirostat": "mirostat v2"}
+from app.core.stage_table import label
+
 NAME = Qt.ItemDataRole.UserRole
 
 
@@ -44,7 +43,7 @@ class StageList(QListWidget):
         grey = self.palette().color(QPalette.ColorGroup.Disabled, QPalette.ColorRole.Text)
         for i, name in enumerate(names):
             item = self.item(i)
-            text = f"{i + 1}. {LABELS.get(name, name)}" + ("" if name in on else "  (off)")
+            text = f"{i + 1}. {label(name)}" + ("" if name in on else "  (off)")
             if item.text() != text:
                 item.setText(text)
                 item.setData(Qt.ItemDataRole.ForegroundRole, None if name in on else grey)

@@ -72,6 +72,14 @@ def test_a_trace_saves_and_loads_back_equal(tmp_path: Path):
     assert np.isnan(run.steps[0].sample.thresholds).any()  # and so did the NaN of a stage without a line
 
 
+def test_a_step_that_ran_dynamic_temperature_loads_back(tmp_path: Path):
+    """Every name a record can give a stage is one a file may hold (the stage table's), dynamic temperature's too."""
+    run = make_run(3, SamplerSettings(temperature=0.9, dynatemp_range=0.3, top_k=12, seed=9))
+    assert "dynatemp" in run.steps[0].sample.stage_names
+    run.save(tmp_path / "run.jsonl")
+    assert RunTrace.load(tmp_path / "run.jsonl") == run
+
+
 def test_the_file_is_a_header_one_line_per_step_and_a_footer(tmp_path: Path):
     run = make_run(steps=3)
     run.save(tmp_path / "run.jsonl")

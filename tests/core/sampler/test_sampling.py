@@ -10,8 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.core.record.record import Sample
-from app.core.sampler.pipeline import History, apply_min_p, apply_penalties, apply_top_k, apply_top_p, make_stages
+from app.core.sampler.pipeline import History, apply_penalties, make_stages
 from app.core.sampler.sampling import NoValidTokenError, resample, sample
+from app.core.sampler.stages import apply_min_p, apply_top_k, apply_top_p
 from app.core.settings import SamplerSettings, SettingsError, StageOrder
 from backends.ops import NUMPY
 

@@ -13,13 +13,14 @@ from collections.abc import Callable
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QComboBox, QDoubleSpinBox, QGridLayout, QGroupBox, QLabel, QSpinBox, QWidget
 
+from app.core import stage_table
 from app.core.settings import FIELD_BY_NAME, MAX_SEED, SamplerSettings, parse_order
-from app.ui.panels.sampler_panel import ORDER_LABELS
+from app.core.stage_table import ORDER_LABELS
 from app.ui.tools.side_by_side.column_model import ColumnModel, ModelSources, short_name
 
 FORM_FIELDS = ("temperature", "top_k", "top_p", "min_p")
 SHORT = {"temperature": "T", "top_k": "k", "top_p": "p", "min_p": "min-p"}
-SHORT_LABEL = {"temperature": "temp.", "top_k": "top-k", "top_p": "top-p", "min_p": "min-p"}
+SHORT_LABEL = {**{n: stage_table.label(n) for n in FORM_FIELDS}, "temperature": "temp."}  # the stage table's
 AS_PANEL = "As the panel"
 SEED_PX = 64
 BOX_MAX = 2**31 - 1  # a QSpinBox holds a signed 32-bit number
