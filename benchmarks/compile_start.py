@@ -43,7 +43,7 @@ print(json.dumps({"load_s": loaded, "first_step_s": times[0], "later_step_ms": 1
 
 
 def main() -> None:
-    from app.cli.bench import random_model
+    from app.cli.bench.command import random_model
     from app.core.models.sources import resolve
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from app.cli.bench import SETTINGS, make_prompt, random_model, run_ours
+from app.cli.bench.command import SETTINGS, make_prompt, random_model, run_ours
 from app.core.models.sources import resolve
 from backends.base import LoadOptions
 from backends.torch.backend import TorchBackend

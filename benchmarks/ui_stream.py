@@ -133,11 +133,12 @@ def instrument() -> Spans:
     from app.ui.charts.timeline import TimelineChart
     from app.ui.panels.info import MetricsStrip
     from app.ui.run_view.token_view import TokenText
-    from app.ui.viewmodel.playground import Playground
+    from app.ui.viewmodel.display import Display
+    from app.ui.viewmodel.router import EventRouter
 
     spans = Spans()
-    for cls, method, name in ((Playground, "drain", "drain (all handlers)"),
-                              (Playground, "show_step", "step shown (chart data, 10 Hz)"),
+    for cls, method, name in ((EventRouter, "drain", "drain (all handlers)"),
+                              (Display, "show_step", "step shown (chart data, 10 Hz)"),
                               (TokenText, "append_steps", "text: append"), (TokenText, "paintEvent", "text: paint"),
                               (StepChart, "show_sample", "step chart: set data"),
                               (TimelineChart, "redraw", "timeline: set data"),
@@ -167,14 +168,14 @@ def main() -> None:
     w.resize(1400, 860)
     w.show()
     costs: list[tuple[int, int, float]] = []  # (tokens shown before, batch size, seconds in the handler)
-    handler = w.playground._emit_steps  # every view's handler of the new steps runs inside it
+    handler = w.playground.display.emit_steps  # every view's handler of the new steps runs inside it
 
     def timed(steps: list) -> None:
         t = time.perf_counter()
         handler(steps)
         costs.append((len(w.playground.steps) - len(steps), len(steps), time.perf_counter() - t))
 
-    w.playground._emit_steps = timed
+    w.playground.display.emit_steps = timed
     settle = time.perf_counter() + 0.3  # the window's first layout and paint are startup, not streaming
     while time.perf_counter() < settle:
         app.processEvents()

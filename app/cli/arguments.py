@@ -1,8 +1,8 @@
-"""The command line's shared pieces, below every command (`cli`, `bench`, `remote_cli`, `terminal`): argparse
-with one-line errors, checked whole-number flags, the flags naming a server, how a command fails (`logitlab VERB:
-error: ...`, as argparse's errors begin), prints JSON, and says on stderr what the model thread is loading. `emit`
-is every command's one writer of standard output: a write that fails is one line (`output_failed`), never a
-traceback. It imports no command module: the commands import it, never the other way round.
+"""The command line's shared pieces, below every command: argparse with one-line errors, checked whole-number
+flags, the flags naming a server, how a command fails (`logitlab VERB: error: ...`, as argparse's errors begin),
+JSON, and the line that says what the model thread is loading (`status_line`). `emit` is every command's one writer
+of standard output: a write that fails is one line (`output_failed`), never a traceback. It imports no command
+module: the commands import it, never the other way round.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import argparse
 import json
 import math
 import os
-import queue
 import re
 import sys
 from collections.abc import Callable
@@ -174,17 +173,6 @@ def status_line(ev: object) -> str | None:
     if isinstance(ev, Loading) and not ev.total:
         return ev.message
     return loaded_line(ev) if isinstance(ev, Loaded) else None
-
-
-def echo_status(events: queue.Queue) -> None:
-    """The status lines of the events waiting on `events` (a job whose results come on another queue), to stderr."""
-    while True:
-        try:
-            ev = events.get_nowait()
-        except queue.Empty:
-            return
-        if (line := status_line(ev)) is not None:
-            print(line, file=sys.stderr, flush=True)
 
 
 def to_json(obj: Any, indent: int | None = None) -> str:

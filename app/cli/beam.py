@@ -9,12 +9,12 @@ stderr, as plain `generate` says it. Imports only `app.cli.arguments` of the com
 from __future__ import annotations
 
 import argparse
-import queue
 import sys
+from collections.abc import Iterable
 from dataclasses import asdict
 from typing import Any
 
-from app.cli.arguments import add_count, echo_status, emit, fail, to_json
+from app.cli.arguments import add_count, emit, fail, status_line, to_json
 from app.core.decoding.beam import (
     MAX_LENGTH_PENALTY,
     MAX_WIDTH,
@@ -53,6 +53,7 @@ def run_beams(args: argparse.Namespace, spec: ModelSpec, prompt: str, messages: 
     """Run it on a model thread and print it; 0 when it finished, 1 when it failed (one line on stderr)."""
     # the model thread's modules load when the command runs, as `cli`'s commands do: --help answers at once
     from app.core.runs.beam_run import BeamRequest
+    from app.core.runs.jobs import Job, stream
     from app.core.runs.model_thread import ModelThread
 
     other = [flag for flag, on in (("--n", args.n != 1), ("--stats", args.stats), ("--match", args.match),
@@ -65,10 +66,9 @@ def run_beams(args: argparse.Namespace, spec: ModelSpec, prompt: str, messages: 
                               openable=False)
     except SettingsError as e:
         return fail(str(e), 2, PROG)
-    worker, out = ModelThread(), queue.Queue()
+    worker = ModelThread()
     try:
-        worker.beam(request, out)
-        return _print_all(out, worker.events, args.json)
+        return _print_all(stream(worker.start(Job("beam", (request,)))), args.json)
     except KeyboardInterrupt:
         worker.cancel()
         return 130
@@ -76,18 +76,15 @@ def run_beams(args: argparse.Namespace, spec: ModelSpec, prompt: str, messages: 
         worker.close()
 
 
-def _print_all(out: queue.Queue, loading: queue.Queue, json_out: bool) -> int:
+def _print_all(events: Iterable[object], json_out: bool) -> int:
+    """Print the search's events: loading on stderr, then its steps (--json) and hypotheses; its exit status."""
     texts: dict[int, str] = {}
-    while True:
-        echo_status(loading)  # (the beams' own events come on `out`)
-        try:
-            ev = out.get(timeout=0.1)
-        except queue.Empty:
-            continue
+    for ev in events:
         if isinstance(ev, Failed):
-            echo_status(loading)
             return fail(ev.message, 1, PROG)
-        if isinstance(ev, BeamStepped):
+        if (line := status_line(ev)) is not None:
+            print(line, file=sys.stderr, flush=True)
+        elif isinstance(ev, BeamStepped):
             texts.update(ev.texts)
             if json_out:
                 emit(to_json(step_line(ev.step, texts)))
@@ -97,6 +94,7 @@ def _print_all(out: queue.Queue, loading: queue.Queue, json_out: bool) -> int:
             if not json_out:
                 print(f"({ev.result.steps} steps, {ev.result.reason})", file=sys.stderr)
             return 0 if ev.result.reason != "cancelled" else 130
+    return 130  # ended with no search: its model's download was cancelled
 
 
 def step_line(step: BeamStep, texts: dict[int, str]) -> dict[str, Any]:

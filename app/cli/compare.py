@@ -4,13 +4,12 @@ Both run requests on one `ModelThread` (the model loads once; each request of N 
 batched decode; a sweep's cells of one prompt run together, up to `BATCH_ROWS` samples in one batch from one
 prefill, and the batches after the first reuse the prompt's KV cache) and print JSON Lines on stdout
 (a sweep: CSV with `--format csv`); status goes to stderr. The statistics are `app.core.compare.statistics`'s. Bad input
-and a failed run give one line and a non-zero exit. Imported by `app.cli.main` when these commands run.
+and a failed run give one line and a non-zero exit. Imported by `generate` and `sweep` when they run.
 """
 
 from __future__ import annotations
 
 import csv
-import queue
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -21,7 +20,9 @@ from app.cli.terminal import trace_paths
 from app.core.compare.statistics import Cell, Comparison, compare, sweep_header, sweep_row
 from app.core.events import Failed, Finished, Request
 from app.core.record.trace import RunTrace
+from app.core.runs.jobs import Job, stream
 from app.core.runs.model_thread import ModelThread
+from app.core.runs.runners import kind_of
 
 BATCH_ROWS = 64  # a sweep's samples decoded in one batch at most (whole cells: a cell of more runs alone)
 
@@ -50,17 +51,10 @@ def collect(worker: ModelThread, request: Request) -> list[RunTrace]:
 def collect_each(worker: ModelThread, requests: Sequence[Request]) -> Iterator[list[RunTrace]]:
     """Run `requests` together on `worker` (one job); each one's traces in sample order, in request order, as soon
     as it and those before it have finished. Status lines go to stderr."""
-    if len(requests) == 1:
-        worker.submit(requests[0])
-    else:
-        worker.submit_together(requests)
+    job = worker.start(Job(kind_of(requests[0]) if len(requests) == 1 else "together", tuple(requests)))
     finished: dict[int, dict[int, RunTrace]] = {r.id: {} for r in requests}
     told = 0
-    while told < len(requests):
-        try:
-            ev = worker.events.get(timeout=0.1)
-        except queue.Empty:  # a timeout, so that Ctrl+C gets through
-            continue
+    for ev in stream(job):
         _take_event(ev, finished)
         while told < len(requests) and len(finished[requests[told].id]) == requests[told].n:
             runs = finished[requests[told].id]

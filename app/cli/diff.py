@@ -13,13 +13,12 @@ to stderr; bad input exits 2 with one line. Runs on the same `ModelThread` as th
 from __future__ import annotations
 
 import argparse
-import queue
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
-from app.cli.arguments import Parser, echo_status, emit, fail, nonempty, read_prompt, text_arg, thread_count, to_json
+from app.cli.arguments import Parser, emit, fail, nonempty, read_prompt, status_line, text_arg, thread_count, to_json
 from app.core.decoding.quant_diff import Diffed, DiffProgress, DiffRequest, QuantDiff
 from app.core.events import Failed
 from app.core.models.sources import ModelSpec, check_source
@@ -75,12 +74,12 @@ def main(argv: Sequence[str]) -> int:
         text = read_prompt(args)
     except SettingsError as e:
         return fail(str(e), 2, PROG)
-    from app.core.runs.model_thread import ModelThread  # (loads the core's heavy modules: not for --help)
+    from app.core.runs.jobs import Job, stream  # (the model thread loads the core's heavy modules: not for --help)
+    from app.core.runs.model_thread import ModelThread
 
-    worker, out = ModelThread(), queue.Queue()
+    worker = ModelThread()
     try:
-        worker.diff(DiffRequest(model=a, model_b=b, prompt=text), out)
-        return _print_all(out, worker.events)
+        return _print_all(stream(worker.start(Job("diff", (DiffRequest(model=a, model_b=b, prompt=text),)))))
     except KeyboardInterrupt:
         worker.cancel()
         return 130
@@ -96,17 +95,14 @@ def check_model(flag: str, source: str) -> None:
         raise SettingsError(f"{flag}: {e}") from None
 
 
-def _print_all(out: queue.Queue, loading: queue.Queue) -> int:
-    while True:
-        echo_status(loading)
-        try:
-            ev = out.get(timeout=0.1)
-        except queue.Empty:
-            continue
+def _print_all(events: Iterable[object]) -> int:
+    """Print the diff's events: loading and progress on stderr, then its JSON Lines; its exit status."""
+    for ev in events:
         if isinstance(ev, Failed):
-            echo_status(loading)
             return fail(ev.message, 1, PROG)
-        if isinstance(ev, DiffProgress):
+        if (status := status_line(ev)) is not None:
+            print(status, file=sys.stderr, flush=True)
+        elif isinstance(ev, DiffProgress):
             print(ev.message, file=sys.stderr, flush=True)
         elif isinstance(ev, Diffed):
             if ev.diff is None:
@@ -114,6 +110,7 @@ def _print_all(out: queue.Queue, loading: queue.Queue) -> int:
             for line in lines(ev.diff):
                 emit(to_json(line))
             return 0
+    return fail("cancelled", 1, PROG)  # ended with no diff: A's download was cancelled
 
 
 def lines(d: QuantDiff) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable
 from dataclasses import asdict, replace
 from typing import Any
 
@@ -40,7 +41,8 @@ def draft_request(request: Request, args: argparse.Namespace) -> Request:
 
 def run_draft(request: Request, args: argparse.Namespace) -> int:
     """Run it on a model thread and print it; 0 when it finished, 1 when it failed (one line on stderr)."""
-    from app.core.runs.model_thread import ModelThread  # (loads the core's heavy modules: not for --help)
+    from app.core.runs.jobs import Job, stream  # (the model thread loads the core's heavy modules: not for --help)
+    from app.core.runs.model_thread import ModelThread
 
     if request.n != 1:
         return fail("speculative decoding draws one sample: leave out --n", 2, PROG)
@@ -48,8 +50,7 @@ def run_draft(request: Request, args: argparse.Namespace) -> int:
         return fail(f"--num-draft must be from 0 to {K_MAX}, got {args.num_draft}", 2, PROG)
     worker = ModelThread()
     try:
-        worker.submit(draft_request(request, args))
-        return _print_all(worker, args)
+        return _print_all(stream(worker.start(Job("speculative", (draft_request(request, args),)))), args)
     except KeyboardInterrupt:
         worker.cancel()
         return 130
@@ -57,10 +58,11 @@ def run_draft(request: Request, args: argparse.Namespace) -> int:
         worker.close()
 
 
-def _print_all(worker: Any, args: argparse.Namespace) -> int:
+def _print_all(events: Iterable[object], args: argparse.Namespace) -> int:
+    """Print the run's events: loading and the seed on stderr, the text (or --json's rounds), then the summary."""
     summary: SpecSummary | None = None
-    while True:
-        ev = worker.events.get()
+    code = 1  # (a run that never finished: none does, a cancelled download finishes "cancelled")
+    for ev in events:
         if isinstance(ev, Failed):
             return fail(ev.message, 1, PROG)
         if (line := status_line(ev)) is not None:
@@ -75,7 +77,8 @@ def _print_all(worker: Any, args: argparse.Namespace) -> int:
             summary = ev.summary
         elif isinstance(ev, Finished):
             _summarize(ev, summary, args)
-            return _save_trace(ev, args.trace)
+            code = _save_trace(ev, args.trace)
+    return code
 
 
 def _save_trace(ev: Finished, path: str | None) -> int:

@@ -13,16 +13,18 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
 from app.cli.arguments import DEBUG_ENV, OutputError, emit, loaded_line, output_failed, to_json
 from app.core.events import Compiling, Event, Failed, Finished, Loaded, Loading, Prefilled, Request, Step
+from app.core.runs.jobs import Job, stream
 from app.core.runs.model_thread import ModelThread
+from app.core.runs.runners import kind_of
 from app.core.sampler.logit_bias import BiasEntry, resolve
 from app.core.settings import SettingsError
 
@@ -158,9 +160,10 @@ def stream_to_terminal(request: Request, json_out: bool = False, trace_path: str
             if found is None:
                 return 2
             request = found
+        events: Iterable[Event] = held
         if not held or not isinstance(held[-1], Failed):  # (a load that failed: its line is all that is left)
-            worker.submit(request)
-        return _stream(worker, request, json_out, trace_path, unexpected, held)
+            events = chain(held, stream(worker.start(Job(kind_of(request), (request,)))))
+        return _stream(worker, request, events, json_out, trace_path, unexpected)
     finally:
         worker.close()
         logging.getLogger("app").removeHandler(unexpected)
@@ -169,12 +172,10 @@ def stream_to_terminal(request: Request, json_out: bool = False, trace_path: str
 def _with_bias(worker: ModelThread, request: Request, bias: Sequence[BiasEntry], held: list[Event]) -> Request | None:
     """`request` with its logit bias found in the loaded model's vocabulary (the loading events go to `held`, to
     print after); None when a token is not found (its line printed). A failed load is left in `held`."""
-    worker.submit(request, load_only=True)
-    while not held or not isinstance(held[-1], (Loaded, Failed)):
-        held.append(worker.events.get())
-    if isinstance(held[-1], Failed):
+    held += stream(worker.start(Job("load", (request,))))
+    loaded = next((ev for ev in held if isinstance(ev, Loaded)), None)
+    if loaded is None:  # (a failed load: its `Failed` is printed)
         return request
-    loaded = held[-1]
     try:
         pairs = resolve(bias, loaded.tokenizer, loaded.info.vocab_size)
     except SettingsError as e:
@@ -183,22 +184,17 @@ def _with_bias(worker: ModelThread, request: Request, bias: Sequence[BiasEntry],
     return replace(request, settings=replace(request.settings, logit_bias=pairs))
 
 
-def _stream(worker: ModelThread, request: Request, json_out: bool, trace_path: str | None,
-            unexpected: Unexpected, held: Sequence[Event] = ()) -> int:
+def _stream(worker: ModelThread, request: Request, events: Iterable[Event], json_out: bool, trace_path: str | None,
+            unexpected: Unexpected) -> int:
+    """Print the run's events (`events`: its job's stream, after the load's where the bias was found first)."""
     texts: dict[int, list[str]] = {i: [] for i in range(request.n)}
-    left = set(request.run_ids)
     live = request.n == 1 and not json_out  # one sample streams as text; several print once each is complete
     out = InOrder(request.n)
     first_decode = FirstDecode(out)
     stage = "starting"  # what the model thread is doing, for an unexpected error's line
     code = 0
-    pending = list(held)  # a load's events that came before the request was submitted
     try:
-        while left:
-            try:
-                ev = pending.pop(0) if pending else worker.events.get(timeout=0.1)
-            except queue.Empty:  # keep waiting, with a timeout so that Ctrl+C gets through
-                continue
+        for ev in events:
             if isinstance(ev, Failed):
                 out.resume()  # what was held for a compile is shown
                 message = f"{stage} failed: {ev.message}{unexpected.note()}" if unexpected.seen else ev.message
@@ -227,7 +223,6 @@ def _stream(worker: ModelThread, request: Request, json_out: bool, trace_path: s
                 elif live:
                     out.write(ev.sequence, ev.text)
             elif isinstance(ev, Finished):
-                left.discard(ev.run_id)
                 first_decode.done()
                 if not _finished(ev, request, "".join(texts[ev.sequence]), json_out, live, trace_path, out):
                     code = 1

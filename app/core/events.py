@@ -1,8 +1,9 @@
 """The messages between the UI (or CLI) and the model thread: one immutable `Request`, a stream of events.
 
 Every event carries the id of the request it belongs to; events of a run (`Step`, `Finished`) also carry the
-run's id, so a consumer routes them to the run they belong to. A request of `n` samples makes `n` runs, decoded
-together in one batch. Errors travel on the same stream as tokens (`Failed`), so nobody waits forever.
+run's id, so a consumer routes them to the run they belong to. Every id is given here (`Request`'s, `job_id`). A
+request of `n` samples makes `n` runs, decoded together in one batch. Errors travel on the same stream as tokens
+(`Failed`), so nobody waits forever.
 """
 
 from __future__ import annotations
@@ -21,13 +22,16 @@ if TYPE_CHECKING:
     from app.core.record.trace import RunTrace, StepTrace
     from backends.base import ModelInfo, Tokenizer
 
-_ids = itertools.count(1)  # run ids, as the user counts them: a new window's first run is run 1
-_job_ids = itertools.count(3_000_000_001)  # apart from run ids: a load's or a score's events never route to a run
+# Every id a request or a run has is given here. Run ids count up as the user counts them (a new window's first run
+# is run 1); a request that makes no run (a load, a score, a beam search, a diff) counts down from -1, so that its
+# events never route to a run and it takes no number from the runs.
+_ids = itertools.count(1)
+_job_ids = itertools.count(-1, -1)
 FinishReason = Literal["eos", "stop", "length", "context", "cancelled", "error"]
 
 
 def job_id() -> int:
-    """An id for a request that makes no run (a model load, a prompt score): it takes none of the run ids."""
+    """The id of a request that makes no run (a model load, a prompt score, a beam search, a diff): below 0."""
     return next(_job_ids)
 
 

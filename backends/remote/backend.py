@@ -2,20 +2,19 @@
 
 `connect` opens one httpx client on a base URL; the `RemoteModel` lists the server's models and `complete`s a
 prompt (`/v1/completions`) or a chat (`/v1/chat/completions`) as a stream of `Token`s with their top
-log-probabilities (`remote_tokens`). It streams over SSE; a server that streams no log-probabilities
-(mlx_lm.server 0.32) is asked for each run whole instead, once it has said so. It samples nothing and holds no
-weights; every failure is a `RemoteError` with one line a person can act on (never the API key).
+log-probabilities. It streams over SSE; a server that streams no log-probabilities (mlx_lm.server 0.32) is asked
+for each run whole instead, once it has said so. It samples nothing and holds no weights; every failure is a
+`RemoteError` with one line a person can act on (never the API key).
 
-This module is the protocol: the requests, the dialect learnt from a server's refusals, the answers read as
-tokens. The transport under it (base URLs and secrets, time and size limits, error lines, SSE and JSON read
-without trusting the server) is `remote_http`.
+This module is the protocol: the requests, the dialect learnt from a server's refusals, the answers read as tokens.
+Under it: the HTTP client with its URLs, secrets and time limits (`http`), error lines (`errors`), streams and JSON
+read without trusting the server (`sse`, `replies`), and the token side (`logprobs`, `tokens`, `vocab`).
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
-import json
 import re
 import threading
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from backends.base import SERVER, Capabilities, ModelInfo
+from backends.remote.errors import _raise_for, _Refused, _size, _TransportErrors
 from backends.remote.http import (
     DEADLINE_S,
     EVENT_TIMEOUT_S,
@@ -32,36 +32,20 @@ from backends.remote.http import (
     WHOLE_TIMEOUT_S,
     RemoteError,
     _credentials,
-    _int,
-    _json,
     _Limits,
-    _lines,
     _quote,
-    _raise_for,
-    _redacted,
-    _Refused,
-    _said,
-    _size,
     _transport,
-    _TransportErrors,
     keep_secret,
     normalize_url,
-    sse_events,
     where,
 )
-from backends.remote.tokens import MalformedError, Token, TokenMaker, UnalignedError, Vocab, drawn_tokens, entries
+from backends.remote.logprobs import drawn_tokens, entries
+from backends.remote.replies import End, _choice, _end, _model_list, _text
+from backends.remote.sse import _json, _lines, sse_events
+from backends.remote.tokens import Token, TokenMaker, UnalignedError
+from backends.remote.vocab import Vocab
 
 COMPLETIONS, CHAT = "/completions", "/chat/completions"
-MAX_NAME = 4096  # a model's id in the model list
-
-
-@dataclass(frozen=True)
-class End:
-    """The end of one completion: the server's finish reason and what it says it did."""
-
-    reason: str  # stop, length, ... as the server names it
-    prompt_tokens: int | None = None
-    stop_reason: Any = None  # vLLM: the stop string (str) or token id that ended it
 
 
 @dataclass
@@ -312,77 +296,6 @@ class RemoteModel:
 
     def close(self) -> None:
         self._client.close()
-
-
-def _model_list(raw: bytes, host: str, status: int) -> list[dict[str, Any]]:
-    """/v1/models' answer: its "data", each an object with a model name as its `id` (a `RemoteError` line
-    otherwise); a field read (`READ_FIELDS`) of the wrong type is dropped, strings are redacted."""
-
-    def bad(why: str) -> RemoteError:
-        e = RemoteError(f"{host}/models answered HTTP {status} {why}")
-        e.status = status
-        return e
-
-    if not raw.strip():
-        raise bad("with an empty body instead of a model list")
-    try:
-        body = json.loads(raw.decode("utf-8", errors="replace"))
-    except (ValueError, RecursionError):
-        excerpt = _quote(raw[:4096].decode("utf-8", errors="replace"))
-        raise bad(f"with something that is not JSON instead of a model list: {excerpt}") from None
-    data = body.get("data") if isinstance(body, dict) else None
-    if not isinstance(data, list):
-        raise bad(f"without a model list (no \"data\" list): {_said(body)}")
-    out = []
-    for m in data:
-        name = m.get("id") if isinstance(m, dict) else None
-        if not isinstance(name, str) or not name or len(name) > MAX_NAME or not name.isprintable():
-            raise bad(f"with an entry that has no model name (a string id): {_said(m)}")
-        out.append({k: v for k, v in _redacted(m).items() if k not in READ_FIELDS or READ_FIELDS[k](v)})
-    return out
-
-
-# The fields of a /v1/models entry that Logit Lab reads besides its id, and the type each must have: one of another
-# type is dropped (harmless: they only name the server's kind and the model's context).
-READ_FIELDS = {"max_model_len": lambda v: bool(_int(v)), "context_length": lambda v: bool(_int(v)),
-               "owned_by": lambda v: isinstance(v, str), "created": lambda v: _int(v) is not None}
-
-
-def _choice(msg: dict) -> dict | None:
-    choices = msg.get("choices")
-    if not choices:
-        return None
-    if not isinstance(choices, list) or not isinstance(choices[0], dict):
-        raise MalformedError(f"choices is not a list of objects: {_said(choices)}")
-    return choices[0]
-
-
-def _text(choice: dict) -> str:
-    """A choice's text: its chat delta's (or message's) content, else its completion text; "" where it has none."""
-    for key in ("delta", "message"):
-        if choice.get(key) is not None and not isinstance(choice[key], dict):
-            raise MalformedError(f"choices[0].{key} is not an object: {_said(choice[key])}")
-    key = next((k for k in ("delta", "message") if choice.get(k)), None)  # (an empty one: none)
-    text = choice[key].get("content") if key else choice.get("text")
-    if text is not None and not isinstance(text, str):
-        raise MalformedError(f"choices[0].{f'{key}.content' if key else 'text'} is not text: {_said(text)}")
-    return text or ""
-
-
-def _end(msg: dict, end: End | None) -> End | None:
-    """The finish a chunk reports, if any; a reason that is not a string, a token count that is not a count (a
-    string, negative, a float, NaN) and a stop reason that is neither a string nor an int are ignored."""
-    usage = msg.get("usage")
-    prompt_tokens = _int(usage.get("prompt_tokens")) if isinstance(usage, dict) else None
-    choice = _choice(msg)
-    reason = choice.get("finish_reason") if choice else None
-    if isinstance(reason, str) and reason:
-        stop = choice.get("stop_reason")
-        stop = stop if isinstance(stop, str) or _int(stop) is not None else None
-        return End(reason[:64], prompt_tokens or (end.prompt_tokens if end else None), stop)
-    if end is not None and prompt_tokens is not None:
-        return End(end.reason, prompt_tokens, end.stop_reason)
-    return end
 
 
 def remote_info(model: str, base_url: str, context_length: int = 0) -> ModelInfo:

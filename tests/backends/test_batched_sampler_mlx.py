@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.sampler.batch_sampling import PendingBatch, start_samples
+from app.core.sampler.batch_sampling import start_samples
+from app.core.sampler.sampling import PendingSample
 from app.core.settings import SamplerSettings
 from tests.batched_sampler_cases import any_stages, assert_batch_equals_rows
 
@@ -32,4 +33,4 @@ def test_a_mapped_batch_gives_each_row_its_own_step(ops, s, seed, record):
 def test_mlx_maps_the_rows_in_one_step():
     ops = MlxOps()
     pending = start_samples(ops, ops.f32(mx.zeros((3, 50))), SamplerSettings(top_k=5), [0.1, 0.5, 0.9])
-    assert isinstance(pending, PendingBatch) and tuple(pending.tokens.shape) == (3, 1)
+    assert isinstance(pending, PendingSample) and pending.rows and tuple(pending.tokens.shape) == (3, 1)

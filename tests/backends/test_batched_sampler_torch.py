@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.sampler.batch_sampling import PendingBatch, start_samples
+from app.core.sampler.batch_sampling import start_samples
+from app.core.sampler.sampling import PendingSample
 from app.core.settings import SamplerSettings
 from tests.batched_sampler_cases import any_stages, assert_batch_equals_rows
 
@@ -30,7 +31,7 @@ def test_a_mapped_batch_gives_each_row_its_own_step(s, seed, record):
 def test_torch_maps_the_rows_in_one_step():
     x = OPS.f32(torch.zeros((3, 50)))
     pending = start_samples(OPS, x, SamplerSettings(top_k=5), [0.1, 0.5, 0.9])
-    assert isinstance(pending, PendingBatch) and tuple(pending.tokens.shape) == (3, 1)
+    assert isinstance(pending, PendingSample) and pending.rows and tuple(pending.tokens.shape) == (3, 1)
 
 
 @pytest.mark.slow

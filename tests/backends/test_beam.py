@@ -16,6 +16,7 @@ from app.core.decoding.generation import generate
 from app.core.events import Finished, Request
 from app.core.models.sources import BUILTIN_PATH, ModelSpec
 from app.core.runs.beam_run import BeamFinished, BeamRefusedError, BeamRequest, BeamStepped, open_request, run_beam
+from app.core.runs.jobs import Job
 from app.core.runs.model_thread import ModelThread
 from app.core.settings import SamplerSettings, SettingsError
 from backends import installed
@@ -230,7 +231,8 @@ def test_the_model_thread_runs_it_and_a_hypothesis_opens_as_a_run(tiny_path: Pat
     spec = ModelSpec(source=str(tiny_path), backend=backend, options=options)
     worker, out = ModelThread(), queue.Queue()
     try:
-        worker.beam(BeamRequest(model=spec, prompt="Hello", settings=BeamSettings(3, max_tokens=6)), out)
+        request = BeamRequest(model=spec, prompt="Hello", settings=BeamSettings(3, max_tokens=6))
+        worker.start(Job("beam", (request,), out, status=worker.events))  # (its loading: with the window's)
         events = [out.get(timeout=60)]
         while not isinstance(events[-1], BeamFinished):
             events.append(out.get(timeout=60))

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from app.core.events import Failed, Finished, Loaded, Prefilled, Request, Step
+from app.core.events import Failed, Finished, Loaded, Loading, Prefilled, Request, Scored, Step, job_id
 from app.core.models.sources import ModelSpec
+from app.core.runs.jobs import Job, stream
 from app.core.runs.model_thread import ModelThread
 from app.core.settings import SamplerSettings
 
@@ -68,3 +69,25 @@ def test_cancel_stops_a_long_run(worker, tiny_path: Path, backend: str):
     worker.cancel()
     evs = events_until_end(worker)
     assert evs[-1].reason == "cancelled" and evs[-1].metrics.generated_tokens < 1000
+
+
+@pytest.mark.parametrize("backend", ["mlx", "torch"])
+def test_each_job_streams_its_own_events_and_ends(worker, tiny_path: Path, backend: str):
+    """A command's jobs, each on its own queue: a load's stream ends at its `Loaded`, a run's at its last `Finished`,
+    a score's at its `Scored`; nothing of one reaches another's, nor the window's queue."""
+    spec = ModelSpec(str(tiny_path), backend)
+    load = worker.start(Job("load", (Request(model=spec, id=job_id()),)))
+    run = worker.start(Job("plain", (Request(model=spec, prompt="Hi", settings=SamplerSettings(max_tokens=3), n=2),)))
+    score = worker.start(Job("score", (Request(model=spec, prompt="Hi", id=job_id()),)))
+    loaded, ran, scored = list(stream(load)), list(stream(run)), list(stream(score))
+    assert isinstance(loaded[-1], Loaded) and {ev.request_id for ev in loaded} == {load.request.id}
+    assert [type(ev) for ev in scored] == [Scored]  # the model is loaded already: no loading events
+    assert {ev.run_id for ev in ran if isinstance(ev, Finished)} == set(run.request.run_ids)
+    assert isinstance(ran[-1], Finished) and not any(isinstance(ev, (Loading, Loaded)) for ev in ran)
+    assert worker.events.empty()
+
+
+@pytest.mark.parametrize("backend", ["mlx", "torch"])
+def test_a_failed_job_ends_with_its_failed(worker, backend: str):
+    events = list(stream(worker.start(Job("load", (Request(model=ModelSpec("/no/such/dir", backend), id=job_id()),)))))
+    assert isinstance(events[-1], Failed) and "no model folder" in events[-1].message

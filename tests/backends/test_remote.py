@@ -29,7 +29,8 @@ from app.core.settings import SamplerSettings
 from backends import installed
 from backends.base import LoadOptions
 from backends.remote.backend import RemoteError, RemoteModel
-from backends.remote.tokens import align, token_bytes
+from backends.remote.tokens import align
+from backends.remote.vocab import token_bytes
 from tests.remote_fake import LLAMACPP_MODELS, TOKENS, chunk, entry, fake_server, llamacpp_like, stream_tokens
 
 GREEDY = SamplerSettings(temperature=0, max_tokens=10)
@@ -379,7 +380,7 @@ def test_token_bytes_read_each_servers_naming():
 
 
 def test_align_backtracks_to_the_split_that_spells_the_text():
-    from backends.remote.tokens import _Cand
+    from backends.remote.logprobs import _Cand
 
     def c(s: str) -> _Cand:
         return _Cand(None, s.encode(), -1.0)
@@ -570,7 +571,9 @@ def test_sampled_runs_on_mlx_lm_server_record_each_drawn_token(server):
 
 
 def test_a_reply_whose_tokens_cannot_be_told_apart_says_so_instead_of_recording_wrong_steps():
-    from backends.remote.tokens import TokenMaker, UnalignedError, Vocab, _Cand, _Entry
+    from backends.remote.logprobs import _Cand, _Entry
+    from backends.remote.tokens import TokenMaker, UnalignedError
+    from backends.remote.vocab import Vocab
 
     def e(*tops: str) -> _Entry:
         cands = tuple(_Cand(None, t.encode(), -1.0 - i) for i, t in enumerate(tops))

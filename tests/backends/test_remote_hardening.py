@@ -14,9 +14,12 @@ from contextlib import closing, contextmanager
 
 import pytest
 
-from backends.remote.backend import End, RemoteError, RemoteModel, _lines, normalize_url, sse_events, where
-from backends.remote.http import redact
-from backends.remote.tokens import MalformedError, Token
+from backends.remote.backend import RemoteModel
+from backends.remote.http import RemoteError, normalize_url, redact, where
+from backends.remote.logprobs import MalformedError
+from backends.remote.replies import End
+from backends.remote.sse import _lines, sse_events
+from backends.remote.tokens import Token
 from tests.remote_fake import TOKENS, Handler, chunk, entry, fake_server, stream_tokens
 
 KEY = "sk-live-5ecretKEY0123456789abcdef"
@@ -165,7 +168,7 @@ def test_the_cli_never_prints_the_password(monkeypatch, capsys):
 
 
 def test_redact_finds_a_secret_however_it_is_written():
-    from backends.remote.backend import keep_secret
+    from backends.remote.http import keep_secret
 
     keep_secret(KEY)
     for text in (f"a {KEY} b", f"a {KEY.upper()} b", f"{KEY}{KEY}", f"cut: {KEY[:10]}", f"k={KEY[:20]}",

@@ -22,9 +22,13 @@ from app.core.record.trace import RunTrace
 from app.core.remote.remote_run import load_remote, served_models
 from app.core.remote.server_request import OPENAI
 from app.core.runs.beam_run import BeamRequest
+from app.core.runs.jobs import Job
 from app.core.runs.model_thread import ModelThread
-from backends.remote.backend import End, RemoteError, RemoteModel, where
-from backends.remote.tokens import MAX_ID, Token
+from backends.remote.backend import RemoteModel
+from backends.remote.http import RemoteError, where
+from backends.remote.logprobs import MAX_ID
+from backends.remote.replies import End
+from backends.remote.tokens import Token
 from tests.remote_fake import Handler, chunk, fake_server, stream_tokens, trickle
 
 MARGIN_S = 10.0  # a limit of about 1 s must have ended the request within this
@@ -216,8 +220,8 @@ def test_beam_search_on_a_server_is_refused_without_waiting_for_its_model_list()
     with fake_server(stream_tokens(1), list_models=lambda h: answer.wait(60)) as srv:  # a list that never comes
         worker, out = ModelThread(), queue.Queue()
         try:
-            worker.beam(BeamRequest(model=ModelSpec(source="m", backend="remote", base_url=srv.url), prompt="x"),
-                        out)
+            request = BeamRequest(model=ModelSpec(source="m", backend="remote", base_url=srv.url), prompt="x")
+            worker.start(Job("beam", (request,), out, status=worker.events))
             failed = out.get(timeout=MARGIN_S)
         finally:
             answer.set()

@@ -92,7 +92,8 @@ def test_the_command_line_refuses_a_bad_count_in_one_line():
 
 
 def test_the_command_line_passes_threads_to_the_load_options():
-    from app.cli.main import generate_parser, spec_from
+    from app.cli.flags import spec_from
+    from app.cli.generate import parser as generate_parser
 
     assert spec_from(generate_parser().parse_args(["--threads", "3"])).options.threads == 3
     assert spec_from(generate_parser().parse_args([])).options.threads is None

@@ -173,8 +173,8 @@ def test_the_bench_fails_loudly_when_inductor_skips_our_cuda_graph(capsys):
     """A skip, as inductor reports it (its own function), is filed under the bench's phase; ours fail the bench."""
     from torch._inductor.cudagraph_utils import log_cudagraph_skip_and_bump_counter
 
-    from app.cli.bench import Phase, graphs_verdict
-    from app.cli.bench_table import graph_report, print_graphs
+    from app.cli.bench.command import Phase, graphs_verdict
+    from app.cli.bench.table import graph_report, print_graphs
     from backends.baselines import watch_graph_skips
 
     reason = "skipping cudagraphs due to mutated inputs (44 instances)"

@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.core.decoding.loop import Row, start_rows
-from app.core.sampler.batch_sampling import PendingBatch, PendingRows, start_samples
+from app.core.sampler.batch_sampling import PendingRows, start_samples
 from app.core.sampler.pipeline import History
-from app.core.sampler.sampling import NoValidTokenError, start_sample
+from app.core.sampler.sampling import NoValidTokenError, PendingSample, start_sample
 from app.core.settings import SamplerSettings
 from backends.ops import NUMPY, NumpyOps
 from tests.batched_sampler_cases import any_stages, assert_batch_equals_rows
@@ -42,7 +42,8 @@ def test_a_batch_gives_each_row_its_own_step(ops, s, seed, record):
 def test_numpy_runs_the_rows_one_by_one_and_a_vmap_maps_them():
     x = NUMPY.f32(np.zeros((2, 10)))
     assert isinstance(start_samples(NUMPY, x, SamplerSettings(), [0.1, 0.2]), PendingRows)
-    assert isinstance(start_samples(MAPPING, x, SamplerSettings(), [0.1, 0.2]), PendingBatch)
+    mapped = start_samples(MAPPING, x, SamplerSettings(), [0.1, 0.2])
+    assert isinstance(mapped, PendingSample) and mapped.rows
 
 
 def test_rows_with_and_without_a_history_run_one_by_one():
@@ -74,7 +75,7 @@ def test_rows_whose_settings_differ_only_in_seed_length_or_stops_share_one_mappe
     logits = np.random.default_rng(0).normal(size=(3, 50)).astype(np.float32)
     rows = [Row(np.random.default_rng(i), settings=s) for i, s in enumerate(kinds)]
     groups = start_rows(MAPPING, logits, rows, base, top_n=5, record=True)
-    assert [idx for idx, _ in groups] == [[0, 1], [2]] and isinstance(groups[0][1], PendingBatch)
+    assert [idx for idx, _ in groups] == [[0, 1], [2]] and isinstance(groups[0][1], PendingSample) and groups[0][1].rows
     outs = {i: out for idx, g in groups for i, out in zip(idx, g.results(), strict=True)}
     for i, s in enumerate(kinds):
         u = float(np.random.default_rng(i).random())

@@ -167,7 +167,8 @@ def test_bench_reports_ratios_against_the_baseline_of_the_same_run(tiny_path: Pa
 def test_compile_asks_the_loader_for_a_static_cache():
     """`--compile` reaches the loader; the compiled path itself is tested on a real model in tests/backends
     (a compile through the CLI's 1,024-position cache costs ~50 s here)."""
-    from app.cli.main import COMPILE_LEN, generate_parser, spec_from
+    from app.cli.flags import COMPILE_LEN, spec_from
+    from app.cli.generate import parser as generate_parser
 
     on = spec_from(generate_parser().parse_args(["--compile"]))
     off = spec_from(generate_parser().parse_args([]))
@@ -217,8 +218,10 @@ def test_models_lists_the_builtin_model_first_as_the_picker_does(tmp_path: Path)
 
 
 def test_help_names_every_command_and_explains_every_flag():
-    from app.cli.bench import parser as bench_parser
-    from app.cli.main import generate_parser, models_parser, window_parser
+    from app.cli.bench.command import parser as bench_parser
+    from app.cli.generate import parser as generate_parser
+    from app.cli.models import parser as models_parser
+    from app.cli.window import parser as window_parser
 
     usage = logitlab("--help").stdout.split("\n\n")[0]
     for command in ("generate", "bench", "models"):
@@ -270,7 +273,7 @@ def one_error_line(err: list[str]) -> str:
 
 @pytest.mark.parametrize("field", [f.name for f in FIELDS])
 def test_a_sampler_flag_has_one_range_in_its_help_its_error_and_the_window(capsys, field: str):
-    from app.cli.main import generate_parser
+    from app.cli.generate import parser as generate_parser
     from app.core.settings import FIELD_BY_NAME
 
     f = FIELD_BY_NAME[field]
@@ -326,7 +329,8 @@ def test_bench_past_the_models_context_is_one_line(capsys):
 
 
 def test_stop_reads_backslash_escapes_as_the_window_does(capsys):
-    from app.cli.main import generate_parser, settings_from
+    from app.cli.flags import settings_from
+    from app.cli.generate import parser as generate_parser
     from app.core.settings import write_escapes
 
     args = generate_parser().parse_args(["--stop", r"\n", "--stop", r"a\tb", "--stop", r"\\n"])
@@ -345,8 +349,8 @@ def test_models_help_lists_the_local_and_the_server_flags(capsys):
 
 
 def test_compile_says_what_it_costs():
-    from app.cli.bench import parser as bench_parser
-    from app.cli.main import generate_parser
+    from app.cli.bench.command import parser as bench_parser
+    from app.cli.generate import parser as generate_parser
 
     for p in (generate_parser(), bench_parser()):
         helped = next(a.help for a in p._actions if "--compile" in a.option_strings)
@@ -415,7 +419,7 @@ def test_bench_prompts_without_transformers_warning_of_the_context(capfd):
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    from app.cli.bench import make_prompt
+    from app.cli.bench.command import make_prompt
     from app.core.models.sources import BUILTIN_PATH
 
     tok = AutoTokenizer.from_pretrained(str(BUILTIN_PATH))  # its context: 1,024 tokens; the prompt's text: ~20k
@@ -434,7 +438,7 @@ def test_bench_saves_a_random_model_without_a_progress_bar(capfd, monkeypatch):
 
     from transformers.utils import logging as hf_logging
 
-    from app.cli import bench
+    from app.cli.bench import command as bench
     from app.core.models.sources import BUILTIN_PATH
 
     monkeypatch.setitem(bench.RANDOM_CONFIGS, "tiny", {"hidden_size": 32, "intermediate_size": 64,
@@ -458,7 +462,7 @@ def test_bench_saves_a_random_model_without_a_progress_bar(capfd, monkeypatch):
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_benchs_random_model_loads_on_whichever_backend_is_installed(dtype, monkeypatch, tmp_path):
     """Made without a framework (numpy, one tensor at a time): an mlx-only install benches it too."""
-    from app.cli import bench
+    from app.cli.bench import command as bench
     from app.core.models.sources import BUILTIN_PATH
     from backends import get_backend
     from backends.base import LoadOptions

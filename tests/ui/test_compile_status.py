@@ -13,7 +13,7 @@ from PySide6.QtCore import QSettings
 
 from app.core.models.sources import ModelSpec
 from app.ui.main_window import MainWindow
-from app.ui.panels.model_bar import COMPILE_COST
+from app.ui.panels.load_status import COMPILE_COST
 from backends.base import LoadOptions
 from tests.ui.conftest import RUN_TIMEOUT
 

@@ -143,7 +143,7 @@ def test_view_code_shows_every_engine_with_the_panel_s_settings_and_copies(qtbot
     window.prompt.set_prompt("def add(a, b):")
     window.sampler.presets.choose("creative")
     window.code_action.trigger()
-    dialog = window.code_dialog
+    dialog = window.code_action.dialog
     assert dialog.isVisible()
     titles = [dialog.tabs.tabText(i) for i in range(dialog.tabs.count())]
     assert titles == ["mlx-lm", "transformers", "OpenAI JSON", "OpenAI Python", "curl", "llama.cpp"]
@@ -162,7 +162,7 @@ def test_view_code_in_chat_mode_sends_llama_cpp_the_rendered_template(qtbot, win
     window.prompt.tabs.setCurrentIndex(1)
     window.prompt.chat.turns[0].text.setPlainText("Hi there")
     window.code_action.trigger()
-    editors = window.code_dialog.editors
+    editors = window.code_action.dialog.editors
     body = json.loads(editors["llama.cpp"].toPlainText().split("<<'JSON'\n")[1].split("\nJSON")[0])
     assert body["prompt"] == "<|user|>Hi there\n<|assistant|>"  # the tiny model's template, as the app sends it
     assert json.loads(editors["OpenAI JSON"].toPlainText())["messages"] == [{"role": "user", "content": "Hi there"}]

@@ -66,7 +66,7 @@ def test_undo_and_redo_act_on_the_prompt(qtbot, window):
 
 def test_select_all_selects_the_output_when_no_text_field_has_focus(qtbot, window):
     run(qtbot, window)
-    window.generate_button.setFocus()
+    window.controls.generate_button.setFocus()
     action(window.edit_menu, "Select All").trigger()
     cursor = window.output.text.textCursor()
     assert cursor.selectionStart() == 0 and cursor.selectionEnd() == len(window.output.text.toPlainText()) > 0

@@ -9,7 +9,8 @@ import re
 import numpy as np
 from PySide6.QtGui import QColor
 
-from app.cli.main import spec_from, window_parser
+from app.cli.flags import spec_from
+from app.cli.window import parser as window_parser
 from app.core.models.sources import ModelSpec
 from app.core.record.export import shade, shade_rgba
 from app.core.remote.server_request import SERVER_NOTES

@@ -22,7 +22,8 @@ from app.ui.files.preferences import Preferences, default_path
 from app.ui.main_window import MainWindow
 from app.ui.panels.info import ModelCard
 from app.ui.panels.model_bar import ModelBar
-from app.ui.panels.prompt_editor import SERVER_COUNT, SERVER_SCORE
+from app.ui.panels.prompt_editor import SERVER_COUNT
+from app.ui.panels.prompt_scoring import SERVER_SCORE
 from backends import installed
 from backends.base import LoadOptions
 from tests.remote_fake import fake_server, stream_tokens
@@ -120,7 +121,7 @@ def test_the_servers_url_and_concurrency_are_there_at_the_next_start(qtbot, wind
     bar.set_backend("remote")
     bar.remote.url.setText("http://gpu-box:8000/v1")
     bar.remote.concurrency.setValue(12)
-    window.save_state()  # what closing the window does
+    window.prefs.save()  # what closing the window does
     assert "gpu-box" in Path(store.fileName()).read_text()  # on disk
     again = MainWindow(settings=store, spec=ModelSpec(str(tiny_path), "torch"))  # the next start
     qtbot.addWidget(again)

@@ -197,7 +197,7 @@ def test_a_chart_too_small_for_its_legend_folds_it_into_its_tooltip(chart, qtbot
     qtbot.wait(20)
     chart.show_sample(s, texts_of(s))
     qtbot.wait(20)
-    names = [name for _, name in chart._legend]
+    names = [name for _, name in chart.legend.entries]
     assert len(names) >= 4 and not chart.legend.isVisible()
     assert chart.toolTip() == "Legend: " + "; ".join(names)
     chart.resize(1400, 260)

@@ -96,7 +96,7 @@ def test_an_edit_rescores_once_after_typing_pauses_and_names_the_rank(qtbot, win
     candidates = ([*s.ids[:i], alt] for alt in s.top_ids[i].tolist())
     ids = next(c for c in candidates if tok.encode(tok.decode(c)) == c)  # one whose text tokenizes back to it
     asked: list[int] = []
-    window.prompt.score_wanted.connect(lambda: asked.append(1))
+    window.prompt.scoring.score_wanted.connect(lambda: asked.append(1))
     window.prompt.completion.clear()
     with qtbot.waitSignal(window.playground.scored, timeout=RUN_TIMEOUT) as sig:
         qtbot.keyClicks(window.prompt.completion, tok.decode(ids))
@@ -158,5 +158,5 @@ def test_a_score_waits_behind_a_running_generation_without_blocking_and_survives
     qtbot.wait(300)
     assert window.prompt.surprisal.text.score is None and "scoring" in window.prompt.surprisal.status.text()
     with qtbot.waitSignal(window.playground.scored, timeout=RUN_TIMEOUT) as sig:
-        window.stop_button.click()  # Stop cancels every queued job, the score too: the editor asks again
+        window.controls.stop_button.click()  # Stop cancels every queued job, the score too: the editor asks again
     assert_drawn_from(window, sig.args[0])

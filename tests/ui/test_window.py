@@ -38,7 +38,7 @@ def test_generate_streams_tokens_into_the_view_and_the_charts(qtbot, window):
     assert shown is steps[-1].sample and len(texts) == 20  # the last step, after the run
     assert len(window.step_panel.chart.chart.raw.opts["height"]) == 20
     assert "tok/s" in window.metrics.values["rate"].text()
-    assert window.generate_button.isEnabled() and not window.stop_button.isEnabled()
+    assert window.controls.generate_button.isEnabled() and not window.controls.stop_button.isEnabled()
 
 
 def test_a_one_token_run_claims_no_decode_speed(qtbot, window):
@@ -57,7 +57,7 @@ def endless(w: MainWindow) -> None:
 
 def test_stop_ends_the_run_and_the_window_can_run_again(qtbot, window):
     endless(window)
-    assert window.stop_button.isEnabled() and not window.generate_button.isEnabled()
+    assert window.controls.stop_button.isEnabled() and not window.controls.generate_button.isEnabled()
     qtbot.waitUntil(lambda: len(window.playground.steps) >= 5, timeout=RUN_TIMEOUT)
     with qtbot.waitSignal(window.playground.finished, timeout=RUN_TIMEOUT) as done:
         qtbot.keyClick(window.output.text, Qt.Key.Key_Escape)
@@ -93,7 +93,7 @@ def test_clicking_a_token_selects_its_step_and_the_chart_follows(qtbot, window):
     cur.setPosition(view._starts[view._step_of.index(k)])
     rect = view.cursorRect(cur)
     qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=rect.topLeft() + QPoint(2, rect.height() // 2))
-    assert window.playground.selected == k
+    assert window.playground.display.selected == k
     assert window.step_panel.chart.chart.shown[0] is window.playground.steps[k].sample
     assert window.timeline.chart.cursor.value() == k
 
@@ -113,7 +113,7 @@ def test_an_invalid_model_shows_an_error_and_the_app_then_works(qtbot, window, t
     with qtbot.waitSignal(window.playground.failed, timeout=RUN_TIMEOUT):
         window.generate()
     assert window.banner.isVisible() and "no model folder at '/no/such/model'" in window.banner.label.text()
-    assert window.prompt.prompt() == "typed text stays" and window.generate_button.isEnabled()
+    assert window.prompt.prompt() == "typed text stays" and window.controls.generate_button.isEnabled()
     window.model_bar.set_source(str(tiny_path))
     assert run(qtbot, window, max_tokens=4).reason in ("length", "eos")
 
@@ -126,8 +126,8 @@ def test_chat_mode_counts_the_templated_prompt(qtbot, window):
     qtbot.waitUntil(lambda: window.prompt.count.text() == f"{len(ids)} tokens")  # rendered off the UI thread
     fin = run(qtbot, window, max_tokens=3)
     assert fin.metrics.prompt_tokens == len(ids)
-    assert window.reply_button.isVisible()
-    window.reply_button.click()
+    assert window.controls.reply_button.isVisible()
+    window.controls.reply_button.click()
     roles = [t.role.currentText() for t in window.prompt.chat.turns]
     assert roles == ["user", "assistant", "user"]
     # the message, byte for byte (the editor shows a drawn "\r" as a line break; the message keeps it)
@@ -142,15 +142,15 @@ def test_chat_mode_on_a_model_without_a_chat_template_turns_generate_off_and_say
     w.sessions.ask = lambda: "discard"
     w.show()
     qtbot.waitUntil(lambda: w.playground.tokenizer is not None, timeout=RUN_TIMEOUT)
-    assert w.generate_button.isEnabled()
+    assert w.controls.generate_button.isEnabled()
     w.prompt.tabs.setCurrentIndex(1)
     w.prompt.chat.turns[0].text.setPlainText("Hi there")
-    qtbot.waitUntil(lambda: not w.generate_button.isEnabled(), timeout=10_000)  # rendered off the UI thread
-    assert "no chat template" in w.generate_button.toolTip() and not w.generate_action.isEnabled()
+    qtbot.waitUntil(lambda: not w.controls.generate_button.isEnabled(), timeout=10_000)  # rendered off the UI thread
+    assert "no chat template" in w.controls.generate_button.toolTip() and not w.controls.generate_action.isEnabled()
     assert "no chat template" in w.prompt.count.toolTip()  # the whole line, where the label is cut
     w.prompt.tabs.setCurrentIndex(0)
-    qtbot.waitUntil(lambda: w.generate_button.isEnabled(), timeout=10_000)
-    assert "Ctrl+Enter" in w.generate_button.toolTip()
+    qtbot.waitUntil(lambda: w.controls.generate_button.isEnabled(), timeout=10_000)
+    assert "Ctrl+Enter" in w.controls.generate_button.toolTip()
     w.close()
 
 
@@ -245,13 +245,13 @@ def test_remote_code_is_refused_then_allowed_per_model_and_remembered(qtbot, win
 
 def test_download_progress_shows_bytes_speed_and_time_left(qtbot, window):
     bar = window.model_bar
-    bar.show_progress("Downloading someone/model…", 0, 100 * 2**20)
+    bar.load_status.show_progress("Downloading someone/model…", 0, 100 * 2**20)
     qtbot.wait(50)
-    bar.show_progress("Downloading someone/model…", 50 * 2**20, 100 * 2**20)
+    bar.load_status.show_progress("Downloading someone/model…", 50 * 2**20, 100 * 2**20)
     assert bar.progress.isVisible() and bar.progress.value() == 500
     assert bar.progress.format() == "50 / 100 MiB"
     assert "MiB/s" in bar.status.text() and "s left" in bar.status.text()
-    bar.show_status("loaded")
+    bar.load_status.show_status("loaded")
     assert not bar.progress.isVisible()
 
 

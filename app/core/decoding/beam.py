@@ -76,9 +76,6 @@ class BeamStep:
     candidates: tuple[Candidate, ...]
     shortlist: int  # K: the cut ranks the best K extensions over all beams; the rest are pruned outright
 
-    def of_beam(self, beam: int) -> list[Candidate]:
-        return [c for c in self.candidates if c.beam == beam]
-
 
 @dataclass(frozen=True)
 class Hypothesis:

@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import Any, cast
 
 from app.core.decoding.batch import PromptTokens, decode_batches, replay, start_batch
-from app.core.decoding.prefill import chunks as prefill_chunks
+from app.core.decoding.prefill import prefill
 from app.core.events import Event, Finished, Message, Prefilled, Request
 from app.core.metrics import Clock, Metrics
 from app.core.remote.remote_run import run_remote
@@ -131,7 +131,7 @@ def _generate(model: LoadedModel, request: Request, cancel: threading.Event, pre
     prompt = checked_prompt(model, request)
     seed = run_seed(request.settings)
     cache, reused = prefix.take(model, prompt.context)
-    logits = prefill(model, cache, prompt.context, reused, cancel)
+    logits = prefill(model, cache, prompt.context, cancel, reused)
     if logits is None:  # cancelled between chunks: the cache keeps what was computed
         prefix.keep(model, cache, prompt.context)
         yield from cancelled_in_prefill(request, clock.metrics(len(prompt.context), 0), reused)
@@ -159,18 +159,6 @@ def checked_prompt(model: LoadedModel, request: Request) -> PromptTokens:
 def run_seed(settings: SamplerSettings) -> int:
     """The run's seed: the one set, else a new one (reported, so that the run can be repeated)."""
     return settings.seed if settings.seed is not None else secrets.randbelow(MAX_SEED + 1)
-
-
-def prefill(model: LoadedModel, cache: Any, context: list[int], reused: int, cancel: threading.Event) -> Any:
-    """The last position's logits (1, V) once `context` after its first `reused` tokens is in `cache`, in chunks
-    sized by time, so that a cancel waits at most ~one chunk; None if cancelled."""
-    logits = None
-    for i, j in prefill_chunks(reused, len(context)):
-        if cancel.is_set():
-            return None
-        logits = model.forward([context[i:j]], cache)
-        model.ops.sync([logits])  # computed now, not when a lazy framework (MLX) gets to it: timed, cancellable
-    return logits
 
 
 def cancelled_in_prefill(request: Request, metrics: Metrics, reused: int) -> Iterator[Finished]:

@@ -15,8 +15,10 @@ from typing import Any
 import numpy as np
 
 from app.core.record.record import Sample
-from app.core.sampler.batch_sampling import PendingBatch, PendingRows, start_samples
+from app.core.sampler.batch_sampling import PendingRows, start_samples
+from app.core.sampler.forcing import forced
 from app.core.sampler.pipeline import History
+from app.core.sampler.sampling import PendingSample
 from app.core.settings import SamplerSettings
 from backends.base import LoadedModel
 from backends.ops import ArrayOps
@@ -62,7 +64,7 @@ def decode(model: LoadedModel, logits: Any, cache: Any, settings: SamplerSetting
             logits = model.forward([[token_of(o)] for o in outs], cache)
 
 
-Group = tuple[list[int], PendingBatch | PendingRows]  # the rows (their indices) sharing settings, and their step
+Group = tuple[list[int], PendingSample | PendingRows]  # the rows (their indices) sharing settings, and their step
 
 
 def start_rows(ops: ArrayOps, logits: Any, rows: list[Row], settings: SamplerSettings, top_n: int,
@@ -116,7 +118,7 @@ def _forced(ops: ArrayOps, row: Row, out: Sample | int) -> Sample | int:
     token, row.force = row.force, None
     if row.history is not None:
         row.history.swap(ops, token_of(out), token)
-    return out.forcing(token) if isinstance(out, Sample) else token
+    return forced(out, token) if isinstance(out, Sample) else token
 
 
 def token_of(out: Sample | int) -> int:

@@ -11,7 +11,6 @@ are the raw models. No Qt; the window's dock and `logitlab diff` both read these
 
 from __future__ import annotations
 
-import itertools
 import math
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -21,16 +20,15 @@ from pathlib import Path
 import numpy as np
 
 from app.core.decoding.generation import PromptError, build_prompt
-from app.core.decoding.prefill import chunks
+from app.core.decoding.prefill import ChunkedForward
 from app.core.decoding.surprisal import HOST_BYTES, log_softmax, most_positions
-from app.core.events import Request
+from app.core.events import Request, job_id
 from app.core.models.catalog import check_fits, estimate_memory
 from app.core.models.sources import ModelSpec, model_label, resolve
 from backends import get_backend
 from backends.base import LoadedModel, ModelInfo, ModelLoadError, Tokenizer
 
 KEPT_BYTES = 2**30  # A's log-probabilities kept for every position, (T - 1, V) float32, at most this much
-_ids = itertools.count(2_000_000_001)  # apart from `Request` ids: a diff's events never route to a run
 
 
 @dataclass(frozen=True)
@@ -41,15 +39,16 @@ class DiffRequest:
     model_b: ModelSpec = field(default_factory=ModelSpec)
     prompt: str = ""
     prompt_ids: tuple[int, ...] | None = None
-    id: int = field(default_factory=lambda: next(_ids))
+    id: int = field(default_factory=job_id)  # it makes no run: its events never route to one
 
     @property
     def run_ids(self) -> tuple[int, ...]:
         return ()  # no run of the session: nothing to mark cancelled on a failure
 
     def as_request(self) -> Request:
-        """The sequence part as a generation request (what `build_prompt` reads)."""
-        return Request(model=self.model, prompt=self.prompt, prompt_ids=self.prompt_ids)
+        """The sequence part as a generation request (what `build_prompt` reads), under this one's id: no run id
+        taken."""
+        return Request(model=self.model, prompt=self.prompt, prompt_ids=self.prompt_ids, id=self.id)
 
 
 @dataclass(frozen=True)
@@ -195,7 +194,7 @@ def run_diff(a: LoadedModel, request: DiffRequest, cancel: threading.Event, free
     yield DiffProgress(request.id, f"Scoring {len(ids):,} tokens with A: {label_a}…")
     ranges: list[tuple[int, int]] = []
     kept = np.empty((len(ids) - 1, vocab), dtype=np.float32)  # (T-1, V): A's log-probabilities
-    first = _forward(a, ids, cancel, chunks(0, len(ids) - 1, most_positions(vocab, HOST_BYTES)), kept, ranges)
+    first = _forward(a, ids, cancel, None, kept, ranges)
     if first is None:
         yield Diffed(request.id, None)
         return
@@ -212,7 +211,7 @@ def run_diff(a: LoadedModel, request: DiffRequest, cancel: threading.Event, free
                                  f"{spec.options.quantize_bits}-bit weights")
         yield DiffProgress(request.id, f"Scoring with B: {variant_label(spec.source, b.info)}…")
         kl = np.empty(len(ids) - 1, dtype=np.float64)
-        second = _forward(b, ids, cancel, iter(ranges), kept, None, kl)
+        second = _forward(b, ids, cancel, ranges, kept, None, kl)
         label_b = variant_label(spec.source, b.info)
     finally:
         b.close()
@@ -224,20 +223,17 @@ def run_diff(a: LoadedModel, request: DiffRequest, cancel: threading.Event, free
                                        first.top, second.top, beside, tops))
 
 
-def _forward(model: LoadedModel, ids: Sequence[int], cancel: threading.Event, ranges: Iterator[tuple[int, int]],
+def _forward(model: LoadedModel, ids: Sequence[int], cancel: threading.Event, ranges: list[tuple[int, int]] | None,
              kept: np.ndarray, record: list[tuple[int, int]] | None, kl: np.ndarray | None = None) -> _Pass | None:
-    """Teacher-force `ids` through `model` over `ranges` (each chunk computed to the end, then the cancel checked).
-    The first pass (`kl` None) writes its log-probabilities into `kept` and its ranges into `record`; the second
-    writes KL(kept ‖ its own) into `kl`. None when cancelled."""
+    """Teacher-force `ids` through `model` in chunks (`ranges`, else sized by time within `HOST_BYTES`; each chunk
+    computed to the end, then the cancel checked). The first pass (`kl` None) writes its log-probabilities into
+    `kept` and its ranges into `record`; the second writes KL(kept ‖ its own) into `kl`. None when cancelled."""
     n = len(ids) - 1
     logprob, top = np.empty(n, dtype=np.float64), np.empty(n, dtype=np.int64)
-    cache = model.new_cache()
-    for start, end in ranges:
-        if cancel.is_set():
-            return None
-        chunk = list(ids[start:end])  # position p predicts token p + 1
-        rows = np.asarray(model.ops.numpy(model.forward([chunk], cache, positions="all"))[0], dtype=np.float32)
-        lp = log_softmax(rows)  # (end - start, V) float32
+    forward = ChunkedForward(model, model.new_cache(), ids[:-1], cancel, positions="all", ranges=ranges,
+                             most=most_positions(model.info.vocab_size, HOST_BYTES))
+    for start, end, logits in forward:  # position p predicts token p + 1
+        lp = log_softmax(np.asarray(model.ops.numpy(logits)[0], dtype=np.float32))  # (end - start, V) float32
         at = np.arange(end - start)
         logprob[start:end] = lp[at, np.asarray(ids[start + 1 : end + 1])]
         top[start:end] = lp.argmax(axis=-1)  # the first maximum: the lowest id
@@ -246,7 +242,7 @@ def _forward(model: LoadedModel, ids: Sequence[int], cancel: threading.Event, ra
             record.append((start, end))
         else:
             kl[start:end] = kl_rows(kept[start:end], lp)
-    return _Pass(logprob, top)
+    return None if forward.cancelled else _Pass(logprob, top)
 
 
 def _check_same_tokens(b: LoadedModel, vocab: int, ids: Sequence[int], text: str) -> None:

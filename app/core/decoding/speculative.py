@@ -21,9 +21,10 @@ from typing import Any
 import numpy as np
 
 from app.core.decoding.generation import common_prefix
-from app.core.decoding.prefill import chunks as prefill_chunks
+from app.core.decoding.prefill import ChunkedForward
 from app.core.record.record import Sample
 from app.core.record.spec_record import K_MAX, DraftToken, SpecRound
+from app.core.sampler.forcing import forced
 from app.core.sampler.pipeline import Dist, History, make_stages, run_stages, sanitize
 from app.core.sampler.sampling import U_MAX, NoValidTokenError, sample
 from app.core.settings import SamplerSettings, SettingsError
@@ -115,11 +116,15 @@ class Lane:
         self.held.extend(tokens)
         return np.asarray(self.model.ops.numpy(logits), dtype=np.float32)[0]
 
-    def fill(self, tokens: Sequence[int]) -> None:
-        """Append `tokens`, computed now (a prefill: their logits are not read)."""
-        logits = self.model.forward([list(tokens)], self.cache)
-        self.model.ops.sync([logits])
+    def fill(self, tokens: Sequence[int], cancel: threading.Event | None = None) -> bool:
+        """Append `tokens`, computed now in chunks (a prefill: their logits are not read); False if cancelled
+        between chunks (the lane is then dropped)."""
+        forward = ChunkedForward(self.model, self.cache, tokens, cancel)
+        forward.last()
+        if forward.cancelled:
+            return False
         self.held.extend(tokens)
+        return True
 
     def keep(self, ids: Sequence[int]) -> None:
         """Trim the cache to its longest prefix shared with `ids`."""
@@ -137,11 +142,8 @@ def prefill(target: LoadedModel, draft: LoadedModel, ids: Sequence[int],
             cancel: threading.Event | None = None) -> tuple[Lane, Lane] | None:
     """Both models' caches holding all of `ids` but the last (which each round feeds); None if cancelled."""
     lanes = Lane(target), Lane(draft)
-    for lane in lanes:
-        for i, j in prefill_chunks(0, len(ids) - 1):
-            if cancel is not None and cancel.is_set():
-                return None
-            lane.fill(ids[i:j])
+    if not all(lane.fill(ids[:-1], cancel) for lane in lanes):
+        return None
     return lanes
 
 
@@ -238,7 +240,7 @@ def _record(spec: Speculation, logits: np.ndarray, p: np.ndarray, token: int, be
     s = sample(NUMPY, logits, spec.settings, u_for(p, token), history=spec.history(before), top_n=top_n)
     if not isinstance(s, Sample) or s.token == token:
         return s
-    return s.forcing(token)  # (a token so unlikely that its CDF interval vanishes in float32)
+    return forced(s, token)  # (a token so unlikely that its CDF interval vanishes in float32)
 
 
 def _round_record(spec: Speculation, drafts: list[int], q_rows: list[np.ndarray], p_rows: np.ndarray,

@@ -2,8 +2,8 @@
 
 `score(model, ids, cancel)` returns, for every prompt token after the first, its log-probability given what
 precedes it and the model's top alternatives at that position. Computed through the KV cache in chunks sized by
-time (`app.core.decoding.prefill.chunks`, as the prefill), each read back before the cancel check, so Stop ends a long
-prompt's scoring within about a chunk; a chunk never holds more than `HOST_BYTES` of float32 logits on the
+time (`app.core.decoding.prefill.ChunkedForward`, as the prefill), each computed before the cancel check, so Stop ends
+a long prompt's scoring within about a chunk; a chunk never holds more than `HOST_BYTES` of float32 logits on the
 host. No sampling settings apply: this is the raw model.
 """
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.core.decoding.prefill import MAX_CHUNK, chunks
+from app.core.decoding.prefill import MAX_CHUNK, ChunkedForward
 from backends.base import LoadedModel
 
 HOST_BYTES = 40 * 2**20  # (positions, vocabulary) float32 logits per chunk: 66 positions of a 152k vocabulary
@@ -42,20 +42,17 @@ def score(model: LoadedModel, ids: Sequence[int], cancel: threading.Event | None
     logprobs = np.full(t, np.nan, dtype=np.float32)
     top_ids = np.zeros((t, TOP), dtype=np.int32)
     top_lp = np.full((t, TOP), np.nan, dtype=np.float32)
-    cache = model.new_cache()
-    for start, end in chunks(0, t - 1, most_positions(model.info.vocab_size, host_bytes)):
-        if cancel is not None and cancel.is_set():
-            return None
-        chunk = list(ids[start:end])  # position p predicts token p + 1
-        # reading the logits back computes them (MLX is lazy): the chunk's time is all in this loop body
-        rows = np.asarray(model.ops.numpy(model.forward([chunk], cache, positions="all"))[0], dtype=np.float32)
-        lp = log_softmax(rows)  # (len(chunk), V), float32: no float64 copy of the chunk
-        at = np.arange(len(chunk))
+    most = most_positions(model.info.vocab_size, host_bytes)
+    forward = ChunkedForward(model, model.new_cache(), ids[:-1], cancel, positions="all", most=most)
+    for start, end, logits in forward:  # position p predicts token p + 1
+        rows = np.asarray(model.ops.numpy(logits)[0], dtype=np.float32)
+        lp = log_softmax(rows)  # (end - start, V), float32: no float64 copy of the chunk
+        at = np.arange(end - start)
         logprobs[start + 1 + at] = lp[at, np.asarray(ids[start + 1 : end + 1])]
-        best = top_k(lp, TOP)  # (len(chunk), k)
+        best = top_k(lp, TOP)  # (end - start, k)
         top_ids[start + 1 + at, : best.shape[1]] = best
         top_lp[start + 1 + at, : best.shape[1]] = np.take_along_axis(lp, best, axis=1)
-    return PromptScore(tuple(ids), logprobs, top_ids, top_lp)
+    return None if forward.cancelled else PromptScore(tuple(ids), logprobs, top_ids, top_lp)
 
 
 def top_k(x: np.ndarray, k: int) -> np.ndarray:

@@ -16,7 +16,8 @@ from collections.abc import Hashable, Iterator, Sequence
 from typing import cast
 
 from app.core.decoding.batch import decode_batches, start_batch
-from app.core.decoding.generation import Prefix, cancelled_in_prefill, checked_prompt, generate, prefill, run_seed
+from app.core.decoding.generation import Prefix, cancelled_in_prefill, checked_prompt, generate, run_seed
+from app.core.decoding.prefill import prefill
 from app.core.events import Event, Prefilled, Request, Step
 from app.core.metrics import Clock
 from backends.base import LoadedModel, Model
@@ -60,7 +61,7 @@ def _together(model: LoadedModel, requests: Sequence[Request], cancel: threading
     prompt = checked_prompt(model, requests[0])
     seeds = [run_seed(r.settings) for r in requests]
     cache, reused = prefix.take(model, prompt.context)
-    logits = prefill(model, cache, prompt.context, reused, cancel)
+    logits = prefill(model, cache, prompt.context, cancel, reused)
     if logits is None:  # cancelled between chunks: the cache keeps what was computed
         prefix.keep(model, cache, prompt.context)
         for r in requests:

@@ -1,9 +1,8 @@
-"""One step's record: the `Sample` the sampler pipeline makes of a drawn token (`sampling.py`) and the `StepTrace`
-around it (the text and time of the step). A `RunTrace` holds them (`trace.py`); a step's line in a trace file is
-`trace_file.py`'s.
-
-A `Sample` records every stage exactly as it ran, so views draw it without redoing any maths; what a backend
-could not observe (a remote server reports only its top log-probabilities) is absent (None), never invented.
+"""One step's record: the `Sample` the sampler pipeline makes of a drawn token (`sampler.sampling`) and the
+`StepTrace` around it (the text and time of the step); a `RunTrace` holds them (`trace.py`), a trace file's line
+is `trace_file.py`'s. Plain data: every stage exactly as it ran, so views draw it without redoing any maths; what a
+backend could not observe (a server reports only its top log-probabilities) is absent (None), never invented. No
+stage runs here: a record with another token is `sampler.forcing`'s, a re-sample `sampler.step_view`'s.
 Knows nothing of models, runs, files or Qt.
 """
 
@@ -169,46 +168,19 @@ class Sample:
     final_entropy = _Scalar()
     raw_lse = _Scalar()  # logsumexp of all raw logits
 
-    def forcing(self, token: int) -> Sample:
-        """This step with `token` taken instead of the drawn one (a fork): the same distribution and stages, the
-        token's rank, probability and log-probability read from the record (NaN where it holds none)."""
-        at = np.flatnonzero(self.top_ids == token)
-        if not at.size:
-            raise ValueError(f"token {token} is not among this step's recorded candidates")
-        i = int(at[0])
-        row = self.probs[-1]
-        prob = float(row[i]) if i < row.size and (not self.is_partial or self.reported == "final") else math.nan
-        raw = math.nan if self.is_partial else float(self.top_logits[i]) - self.raw_lse
-        values = self.values.copy()
-        values[0], values[1] = prob, raw
-        rank = i if not self.is_partial or self.reported == "raw" else None
-        return replace(self, token=int(token), rank=rank, values=values)
-
-    def taking(self, token: int) -> Sample:
-        """This step's raw distribution with `token` taken by a search (a beam's) rather than drawn: no sampler stage
-        ran and no random number was drawn (u None), so the token's probability is the model's."""
-        at = np.flatnonzero(self.top_ids == token)
-        if self.is_partial or not at.size:
-            raise ValueError(f"token {token} is not among this step's recorded raw candidates")
-        i, n = int(at[0]), self.top_n
-        logprob = float(self.top_logits[i]) - self.raw_lse
-        return Sample.record(token=token, rank=i, u=None, stage_names=(), top_ids=self.top_ids,
-                             top_logits=self.top_logits, probs=self.probs[:1], kept=np.zeros((0, n), dtype=bool),
-                             thresholds=np.zeros(0), kept_counts=np.zeros(0), top_p_cumulative=None,
-                             prob=math.exp(min(logprob, 0.0)), raw_logprob=logprob, entropy=self.entropy,
-                             final_entropy=self.entropy, raw_lse=self.raw_lse)
-
     @property
     def is_taken(self) -> bool:
-        """A token a search took (`taking`), not one a sampler drew: nothing to re-sample."""
+        """A token a search took (`sampler.forcing.taken`), not one a sampler drew: nothing to re-sample."""
         return not self.is_partial and self.u is None and not self.stage_names
 
-    def with_raw(self, probs: np.ndarray, raw_logprob: float, entropy: float, raw_lse: float) -> Sample:
-        """This record with other numbers for the raw distribution: row 0 of `probs` and the raw scalars."""
+    def with_values(self, raw_probs: np.ndarray | None = None, **scalars: float) -> Sample:
+        """This record with other numbers, as the caller read them (`sampler.forcing`, a re-sample): any of `SCALARS`
+        by name (NaN: not known) and row 0 of `probs` (`raw_probs`); the rest as it was."""
         values = self.values.copy()
-        values[[SCALARS.index("raw_logprob"), SCALARS.index("entropy"), SCALARS.index("raw_lse")]] = (
-            raw_logprob, entropy, raw_lse)
-        values[self._span("probs")][: self.top_n] = probs
+        for name, v in scalars.items():
+            values[SCALARS.index(name)] = v
+        if raw_probs is not None:
+            values[self._span("probs")][: self.top_n] = raw_probs
         return replace(self, values=values)
 
     def stage_index(self, name: str) -> int | None:

@@ -11,7 +11,6 @@ like any other run. No Qt.
 
 from __future__ import annotations
 
-import itertools
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -28,17 +27,17 @@ from app.core.decoding.beam import (
     Hypothesis,
 )
 from app.core.decoding.generation import Prefix, build_prompt
-from app.core.decoding.prefill import chunks
-from app.core.events import Message, Request
+from app.core.decoding.prefill import prefill
+from app.core.events import Message, Request, job_id
 from app.core.models.sources import ModelSpec
 from app.core.record.trace import StepTrace
+from app.core.sampler.forcing import taken
 from app.core.sampler.sampling import start_sample
 from app.core.settings import SamplerSettings
 from backends import connects
 from backends.base import LoadedModel, Model, ModelLoadError
 
 GREEDY = SamplerSettings(temperature=0.0)
-_ids = itertools.count(1_000_000_001)  # apart from `Request` ids: a beam's events never route to a run
 
 
 class BeamRefusedError(ModelLoadError):
@@ -56,15 +55,16 @@ class BeamRequest:
     eos_ids: frozenset[int] | None = None  # the tokens that end a beam (None: the tokenizer's end-of-text tokens)
     top_n: int = 20  # candidates per step in an opened hypothesis' steps
     openable: bool = True  # record each hypothesis' steps, to open it as a run (the command line does not)
-    id: int = field(default_factory=lambda: next(_ids))
+    id: int = field(default_factory=job_id)  # it makes no run: its events never route to one
 
     @property
     def run_ids(self) -> tuple[int, ...]:
         return ()  # no run of the session: nothing to mark cancelled on a failure
 
     def as_request(self) -> Request:
-        """The prompt part as a generation request (what `build_prompt` reads)."""
-        return Request(model=self.model, prompt=self.prompt, messages=self.messages, prompt_ids=self.prompt_ids)
+        """The prompt part as a generation request (what `build_prompt` reads), under this one's id: no run id taken."""
+        return Request(model=self.model, prompt=self.prompt, messages=self.messages, prompt_ids=self.prompt_ids,
+                       id=self.id)
 
 
 
@@ -115,13 +115,9 @@ _ON_A_SERVER = ("beam search needs a local forward pass over the model's rows; {
 def _prefill(model: LoadedModel, prefix: Prefix, ids: list[int], cancel: threading.Event) -> tuple[Any, Any]:
     """The prompt's one-row cache and its last position's logits (None if cancelled between chunks)."""
     cache, reused = prefix.take(model, ids)
-    logits = None
-    for i, j in chunks(reused, len(ids)):
-        if cancel.is_set():
-            prefix.keep(model, cache, ids)
-            return cache, None
-        logits = model.forward([ids[i:j]], cache)
-        model.ops.sync([logits])
+    logits = prefill(model, cache, ids, cancel, reused)
+    if logits is None:
+        prefix.keep(model, cache, ids)
     return cache, logits
 
 
@@ -129,7 +125,7 @@ def hypothesis_steps(model: LoadedModel, prompt_cache: Any, prompt_logits: Any, 
                      eos: frozenset[int], top_n: int, known: dict[int, str]) -> tuple[StepTrace, ...]:
     """The hypothesis as a recorded beam run: step i's record is the model's distribution after the prompt and the
     first i tokens (one all-positions forward on a copy of the prompt's cache), the token the beam took in it with
-    its probability under the model; no sampler stage ran (`Sample.taking`)."""
+    its probability under the model; no sampler stage ran (`forcing.taken`)."""
     rows = [prompt_logits[0]]
     if len(h.tokens) > 1:
         after = model.forward([list(h.tokens[:-1])], model.fork(prompt_cache, 1), positions="all")[0]  # (L-1, V)
@@ -139,7 +135,7 @@ def hypothesis_steps(model: LoadedModel, prompt_cache: Any, prompt_logits: Any, 
         sample = start_sample(model.ops, logits, GREEDY, 0.5, top_n=top_n).result()  # (its raw row and logits)
         if token not in sample.top_ids:
             return ()  # taken below the record's top candidates (a no-repeat ban): no run to open
-        sample = sample.taking(token)
+        sample = taken(sample, token)
         piece = "" if token in eos else decoder.add(token)
         if i == len(h.tokens) - 1:
             piece += decoder.flush()

@@ -3,8 +3,8 @@
 Prefilled, then per round a `Drafted` (the round's draft/accept record and the totals) and a `Step` per token
 kept (the target's step record, re-drawing that token: the output, charts and timeline show it like any run),
 then `Speculated` (totals, speed, and plain decoding of as many tokens timed right after, when asked) and
-`Finished`. Text is detokenized as a stream; EOS, stop strings, max tokens and cancel end the run. It does not
-own threads or models: `model_thread` loads the draft beside the target and calls `run_speculative`.
+`Finished`. Text is detokenized as a stream; EOS, stop strings, max tokens and cancel end the run. It owns no
+thread and no model: the `speculative` runner (`runners`) loads the draft beside the target and calls it.
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 
 `start_samples` maps `sampling.py`'s one-row device step over the rows with the executor's vmap
 (`backends.ops.vmap`: torch.func.vmap, mx.vmap), compiled where the executor compiles its steps, and reads the
-batch's arrays back once for all rows. Each row's outcome equals `start_sample`'s for it, bit for bit. Where the
-executor has no vmap (numpy, the torch backend's CPU executor), the rows' histories differ in kind, or there is one
-row (mapping it costs more than it saves), the rows run one by one through `start_sample`. Knows nothing of models
-or runs: `decoding.decode` calls it.
+batch's arrays back once for all rows (a `PendingSample` of B rows: the one reading of one row or many). Each row's
+outcome equals `start_sample`'s for it, bit for bit. Where the executor has no vmap (numpy, the torch backend's CPU
+executor), the rows' histories differ in kind, or there is one row (mapping it costs more than it saves), the rows run
+one by one through `start_sample`. Knows nothing of models or runs: `decoding.decode` calls it.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from app.core.sampler.sampling import (
     PendingSample,
     compiled_step,
     device_step,
-    finish,
     keep_state,
     start_sample,
     step_key,
@@ -37,44 +36,15 @@ MappedStep = Callable[..., tuple[StepOutput, tuple[Array, ...]]]  # (B, V) logit
 
 
 @dataclass(slots=True)
-class PendingBatch:
-    """B drawn tokens still on the device, from one mapped step: feed `tokens` to the next forward, then read
-    `results()` (each array of the batch read once, then cut into rows on the host)."""
-
-    ops: ArrayOps
-    out: StepOutput  # on the device, every array with a leading row axis (B, ...)
-    stage_names: tuple[str, ...]
-    us: list[float]
-    top_n: int
-
-    @property
-    def tokens(self) -> Array:  # (B, 1) int, on the device
-        return self.out.token
-
-    @property
-    def outputs(self) -> tuple[Array, ...]:
-        """Every array of the step (to queue them together)."""
-        return self.out.arrays()
-
-    def results(self) -> list[Sample | int]:
-        arrays = self.outputs
-        self.ops.sync(list(arrays))
-        host = [self.ops.numpy(a) for a in arrays]  # (B, ...) each: one transfer for the whole batch
-        kind = type(self.out)
-        return [finish(kind.from_arrays([a[i] for a in host]), self.stage_names, u, self.top_n)
-                for i, u in enumerate(self.us)]
-
-
-@dataclass(slots=True)
 class PendingRows:
-    """B drawn tokens from one step per row (an executor without a vmap): the same reading as `PendingBatch`."""
+    """B drawn tokens from one step per row (an executor without a vmap): read as a mapped step's `PendingSample`."""
 
     ops: ArrayOps
     rows: list[PendingSample]
 
     @property
     def tokens(self) -> Array:  # (B, 1)
-        return self.ops.stack([p.token for p in self.rows])
+        return self.ops.stack([p.tokens for p in self.rows])
 
     @property
     def outputs(self) -> tuple[Array, ...]:
@@ -86,7 +56,7 @@ class PendingRows:
 
 def start_samples(ops: ArrayOps, logits: Array, settings: SamplerSettings, us: Sequence[float], *,
                   histories: Sequence[History | None] | None = None, top_n: int = 20,
-                  record: bool = True) -> PendingBatch | PendingRows:
+                  record: bool = True) -> PendingSample | PendingRows:
     """`start_sample` for each row i of `logits` (B, V) (or (1, V), shared by every row) with the uniform `us[i]`
     and the history `histories[i]`: every history is updated, the host transfer deferred to `results()`."""
     n, vocab = len(us), int(logits.shape[-1])
@@ -108,7 +78,7 @@ def start_samples(ops: ArrayOps, logits: Array, settings: SamplerSettings, us: S
     for i, h in enumerate(hs):
         if h is not None:
             keep_state(settings, h, [b[i] for b in bumped], out.token[i])
-    return PendingBatch(ops, out, names, [float(u) for u in us], key[2])
+    return PendingSample(ops, out, names, tuple(float(u) for u in us), key[2], rows=True)
 
 
 @lru_cache(maxsize=64)

@@ -51,17 +51,20 @@ def sample(
 
 @dataclass(slots=True)
 class PendingSample:
-    """A drawn token still on the device: feed `token` to the next forward, then read `result()`, so the
-    device computes step t+1 while the host turns step t into a trace (as mlx-lm's generate_step does)."""
+    """Drawn tokens still on the device, from one step of the pipeline: one row's (`start_sample`), or B rows' mapped
+    in one graph (`rows`, `batch_sampling.start_samples`). Feed `tokens` to the next forward, then read `results()`
+    (each array read once, a batch's then cut into rows on the host), so the device computes step t+1 while the host
+    turns step t into a trace (as mlx-lm's generate_step does)."""
 
     ops: ArrayOps
-    out: StepOutput  # on the device
+    out: StepOutput  # on the device; with `rows`, every array with a leading row axis (B, ...)
     stage_names: tuple[str, ...]
-    u: float
+    us: tuple[float, ...]  # each row's uniform
     top_n: int
+    rows: bool = False  # B rows mapped together, else one row
 
     @property
-    def token(self) -> Array:  # (1,) int, on the device
+    def tokens(self) -> Array:  # (1,) one row's, (B, 1) B rows'; int, on the device
         return self.out.token
 
     @property
@@ -69,11 +72,19 @@ class PendingSample:
         """Every array of the step (to queue them together)."""
         return self.out.arrays()
 
-    def result(self) -> Sample | int:
+    def results(self) -> list[Sample | int]:
+        """Each row's outcome (its token id, or its record), in row order."""
         arrays = self.outputs
         self.ops.sync(list(arrays))
-        return finish(type(self.out).from_arrays([self.ops.numpy(a) for a in arrays]), self.stage_names, self.u,
-                      self.top_n)
+        host = [self.ops.numpy(a) for a in arrays]  # one transfer per array, for every row
+        by_row = [[a[i] for a in host] for i in range(len(self.us))] if self.rows else [host]
+        kind = type(self.out)
+        return [finish(kind.from_arrays(r), self.stage_names, u, self.top_n)
+                for r, u in zip(by_row, self.us, strict=True)]
+
+    def result(self) -> Sample | int:
+        """The one row's outcome."""
+        return self.results()[0]
 
 
 def finish(host: StepOutput, stage_names: tuple[str, ...], u: float, top_n: int) -> Sample | int:
@@ -110,7 +121,7 @@ def start_sample(
     with np.errstate(all="ignore"):
         out, bumped = step(logits, ops.f32(uniforms(u)), *step_state(ops, settings, history, vocab))
     keep_state(settings, history, bumped, out.token)
-    return PendingSample(ops, out, names, u, key[2])
+    return PendingSample(ops, out, names, (u,), key[2])
 
 
 StepKey = tuple[SamplerSettings, int, int, Mode, bool]  # settings (pipeline), vocabulary, top-N, mode, penalties

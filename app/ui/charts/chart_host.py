@@ -148,7 +148,7 @@ class TimelineHost(ChartHost):
         playground.run_started.connect(lambda _request: self.chart.clear_run())
         playground.cleared.connect(lambda: self.chart.clear_run())
         playground.steps_appended.connect(lambda steps: self.chart.append_steps(steps))
-        playground.step_shown.connect(lambda i, trace: self.chart.show_step(i, trace, playground.streaming))
+        playground.step_shown.connect(lambda i, trace: self.chart.show_step(i, trace, playground.display.streaming))
         playground.preview_changed.connect(lambda _s, trace: self.chart.set_cursor(trace.step))
         playground.branches.diverged.connect(lambda step: self.chart.mark_divergence(step))
         self.step_clicked.connect(playground.select_step)

@@ -1,9 +1,10 @@
 """The step chart: the selected step's distribution stage by stage, drawn from its record and nothing else.
 
 Probabilities on a log axis by default (the tail and the cut lines readable) or a linear one (`set_log`); top-p's
-running mass on its own linear axis at the right. The legend sits in a row above the plot, never on the bars; at a
-small width fewer candidates are drawn, each label still readable. Drawn with the charts' shared pieces
-(app/ui/charts/shared.py); imported, with pyqtgraph, after the first paint (app/ui/charts/chart_host.py).
+running mass on its own linear axis at the right. The legend sits in a row above the plot, never on the bars
+(`StepLegend`, app/ui/charts/step_legend.py); at a small width fewer candidates are drawn, each label still readable.
+Drawn with the charts' shared pieces (app/ui/charts/shared.py); imported, with pyqtgraph, after the first paint
+(app/ui/charts/chart_host.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from PySide6.QtCore import QEvent, Qt
 from PySide6.QtGui import QColor, QFont, QPalette
 from PySide6.QtWidgets import QWidget
 
+from app.core import stage_table
 from app.core.record.trace import Sample
 from app.core.sampler.step_view import DrawnOutside, drawn_outside
 from app.ui.charts.shared import (
@@ -29,9 +31,9 @@ from app.ui.charts.shared import (
     _faded,
     _show_tip,
     finite,
-    fit_legend,
     stage_style,
 )
+from app.ui.charts.step_legend import LEFT_AXIS_PX, StepLegend
 from app.ui.charts.step_scale import Scale
 from app.ui.formatting import EMPTY, format_prob, visible
 
@@ -42,8 +44,6 @@ MIN_BARS = 8
 BRUSH = {True: pg.mkBrush(RAW), False: pg.mkBrush(CUT)}  # made once: charts update many times a second
 PEN = {True: pg.mkPen(DRAWN, width=2), False: pg.mkPen(None)}
 TOP_P = STAGES["top_p"].color
-LEFT_AXIS_PX = 55
-LEGEND_SHARE = 0.3  # the most of the chart's height its legend may take; past it, it folds into a tooltip
 
 
 def _label(text: str, limit: int = MAX_LABEL) -> str:
@@ -56,36 +56,11 @@ def _p(probs: np.ndarray | None, i: int) -> str:
 
 
 def _why(s: Sample, stage: str) -> str:
-    """Why `stage` cut a candidate, in the stage's own terms, with the threshold the record holds."""
+    """Why `stage` cut a candidate, in the stage's own terms (the stage table's), with the threshold the record
+    holds."""
     i = s.stage_index(stage)
     v = float(s.thresholds[i]) if i is not None else math.nan
-    return _WHY.get(stage, lambda v, t: "")(v, format_prob(v))
-
-
-def _mu(v: float) -> str:
-    """Mirostat's μ from its recorded line 2^-μ."""
-    return f"{-math.log2(v):.3g}" if v > 0 else "?"
-
-
-_WHY = {  # stage → (recorded threshold, the same formatted) → the reason
-    "greedy": lambda v, t: "greedy (temperature 0) keeps only the most probable candidate",
-    "top_k": lambda v, t: f"its probability is below the k-th candidate's ({t})",
-    "top_p": lambda v, t: f"the candidates before it already hold top-p's {t} of the probability",
-    "min_p": lambda v, t: f"its probability is below min-p's line ({t}: min-p × the top probability)",
-    "typical_p": lambda v, t: f"its surprise is further from the entropy than the tokens that already hold "
-                              f"typical-p's {t} of the probability",
-    "top_n_sigma": lambda v, t: f"its probability is below top-n-sigma's line ({t}: n standard deviations of the "
-                                "logits under the top one)",
-    "epsilon_cutoff": lambda v, t: f"its probability is below epsilon's cutoff ({t})",
-    "eta_cutoff": lambda v, t: f"its probability is below eta's cutoff ({t}: min(ε, √ε · e^-entropy))",
-    "xtc": lambda v, t: f"XTC's coin fired and it is more likely than {t}, the least likely candidate above the "
-                        "threshold (kept)",
-    "mirostat": lambda v, t: f"its surprise is above mirostat's μ = {_mu(v)} (probability below {t})",
-    # these shift logits rather than cut at a line: they cut only a logit they leave at -inf
-    "dynatemp": lambda v, t: f"dynamic temperature (T {v:.3g} here) left its logit at -inf",
-    "dry": lambda v, t: "it would extend a repeat so long that DRY's penalty is infinite",
-    "logit_bias": lambda v, t: "its logit bias left its logit at -inf",
-}
+    return stage_table.why(stage, v, format_prob(v))
 
 
 class StageLine:
@@ -137,8 +112,8 @@ class StepChart(ThemedPlot):
         pi.setLabel("left", "probability")
         small = QFont(self.font())
         small.setPointSizeF(max(6.0, small.pointSizeF() * 0.85))
-        self._build_mass_axis(pi)
-        self._build_legend(pi, small)
+        self.mass_view, self.cumulative, self.top_p_line = _mass_axis(pi)
+        self.legend = StepLegend(self, pi, small.pointSizeF())
         # plain lines: the axis's own grid spans the view as part of the axis and cost ~15 ms of every repaint
         self.grid = [pg.InfiniteLine(pos=0, angle=0) for _ in range(9)]
         for line in self.grid:
@@ -160,33 +135,8 @@ class StepChart(ThemedPlot):
         self.hint = ""  # said under a bar's tooltip, and alone elsewhere (the step panel's: click to fork)
         self.scene().sigMouseMoved.connect(self._hover)
         self._ticks: list = []
-        self._legend: list[tuple[object, str]] = []
         self._theme()
         self.clear_step(EMPTY)  # an empty state, not an empty axis with a stray line
-
-    def _build_mass_axis(self, pi: pg.PlotItem) -> None:
-        """Top-p's running mass and line on a linear 0–1 axis of their own (right), whatever the left's scale."""
-        self.mass_view = pg.ViewBox(enableMouse=False)
-        pi.scene().addItem(self.mass_view)
-        pi.getAxis("right").linkToView(self.mass_view)
-        self.mass_view.setXLink(pi)
-        self.mass_view.setYRange(0, 1.05, padding=0)
-        pi.vb.sigResized.connect(lambda: self.mass_view.setGeometry(pi.vb.sceneBoundingRect()))
-        pi.setLabel("right", "top-p's mass", color=TOP_P.name())
-        self.cumulative = pg.PlotDataItem(pen=pg.mkPen(TOP_P, width=1), symbol="o", symbolSize=4,
-                                          symbolBrush=TOP_P, symbolPen=None)
-        self.top_p_line = pg.InfiniteLine(angle=0, pen=pg.mkPen(TOP_P, style=Qt.PenStyle.DashLine),
-                                          label="top-p {value:.2f}", labelOpts={"position": 0.55, "color": TOP_P})
-        self.mass_view.addItem(self.cumulative)
-        self.mass_view.addItem(self.top_p_line)
-
-    def _build_legend(self, pi: pg.PlotItem, small: QFont) -> None:
-        """A legend in a row of its own above the plot (the title's row), in as many columns as fit."""
-        self.legend = pg.LegendItem(labelTextSize=f"{small.pointSizeF():.1f}pt", horSpacing=12, verSpacing=-4)
-        self.legend.setParentItem(pi)
-        self.legend.layout.setContentsMargins(9, 3, 9, 0)  # about as tall as its rows: the plot keeps its height
-        self.legend.anchor(itemPos=(0, 0), parentPos=(0, 0), offset=(LEFT_AXIS_PX, 0))
-        pi.titleLabel.setVisible(False)
 
     def changeEvent(self, e: QEvent) -> None:  # noqa: N802 - Qt override
         super().changeEvent(e)
@@ -221,7 +171,7 @@ class StepChart(ThemedPlot):
                                                       if name in self.stage_lines]]])
         pens = [PEN[bool(d)] for d in s.top_ids[:n] == s.token]
         show = self._show_reported if s.is_partial else self._show_taken if s.is_taken else self._show_stages
-        self._set_legend(show(s, x, pens))
+        self.legend.show_entries(show(s, x, pens))
         self._show_outside()
         self._set_ticks(texts[:n])
         self._set_axis()
@@ -237,7 +187,7 @@ class StepChart(ThemedPlot):
             bars.setOpts(x=[], height=[])
         self.shown, self.outside, self.n = None, None, 0
         self._hide_stages(note)
-        self._set_legend([])
+        self.legend.show_entries([])
         self.getPlotItem().getAxis("bottom").setTicks([[]])
         self._ticks = [[]]
         self._set_axis()
@@ -351,7 +301,7 @@ class StepChart(ThemedPlot):
         if not hasattr(self, "note") or self.getPlotItem() is None:  # being made, or closed
             return
         self._fit_note()
-        self._layout_legend()
+        self.legend.lay_out()
         if self.shown is not None:
             self.show_sample(*self.shown, drawn_text=self.drawn_text)
 
@@ -365,61 +315,51 @@ class StepChart(ThemedPlot):
         if self.shown is None:
             return ""
         if self.outside is not None and i == self.n + 1:
-            return self._outside_tip()
+            return _outside_tip(self.outside, self.drawn_text, self.n, self.shown[0].is_taken)
         if not 0 <= i < self.n:
             return ""
         s, texts = self.shown
         drawn = " · <b>taken by the beam</b>" if s.is_taken else " · <b>drawn</b>"
         rows = [f"<code>{html.escape(visible(texts[i]))}</code> · rank {i} by the model"
-                + (drawn if int(s.top_ids[i]) == s.token else ""), self._probs_tip(s, i)]
+                + (drawn if int(s.top_ids[i]) == s.token else ""), _probs_tip(s, i)]
         if (stage := s.cut_by(i)) is not None:
             rows.append(f"<b>cut by {stage_style(stage).label}</b>: {_why(s, stage)}")
         return "<br>".join(rows)
 
-    @staticmethod
-    def _probs_tip(s: Sample, i: int) -> str:
-        if s.is_partial:
-            which = "sampled from" if s.reported == "final" else "model (raw)"
-            return f"{which} {_p(s.probs[0], i)}, as the server reported it"
-        if s.is_taken:
-            return f"model (raw) {_p(s.raw_probs, i)}"
-        return f"model (raw) {_p(s.raw_probs, i)} → sampled from {_p(s.final_probs, i)}"
 
-    def _outside_tip(self) -> str:
-        o = self.outside
-        rank = "" if o.rank is None else f" · rank {o.rank} by the model"
-        raw = "not reported" if o.raw is None else format_prob(o.raw)
-        final = "not reported" if o.final is None else format_prob(o.final)
-        taken = self.shown is not None and self.shown[0].is_taken
-        return (f"<code>{html.escape(visible(self.drawn_text))}</code>{rank} · <b>"
-                f"{'taken by the beam' if taken else 'drawn'}</b>, outside the {self.n} candidates drawn<br>"
-                f"model (raw) {raw}" + ("" if taken else f" → sampled from {final}"))
+def _mass_axis(pi: pg.PlotItem) -> tuple[pg.ViewBox, pg.PlotDataItem, pg.InfiniteLine]:
+    """Top-p's running mass and line on a linear 0–1 axis of their own (right), whatever the left's scale: the axis's
+    view, the mass, the line."""
+    view = pg.ViewBox(enableMouse=False)
+    pi.scene().addItem(view)
+    pi.getAxis("right").linkToView(view)
+    view.setXLink(pi)
+    view.setYRange(0, 1.05, padding=0)
+    pi.vb.sigResized.connect(lambda: view.setGeometry(pi.vb.sceneBoundingRect()))
+    pi.setLabel("right", "top-p's mass", color=TOP_P.name())
+    cumulative = pg.PlotDataItem(pen=pg.mkPen(TOP_P, width=1), symbol="o", symbolSize=4, symbolBrush=TOP_P,
+                                 symbolPen=None)
+    line = pg.InfiniteLine(angle=0, pen=pg.mkPen(TOP_P, style=Qt.PenStyle.DashLine), label="top-p {value:.2f}",
+                           labelOpts={"position": 0.55, "color": TOP_P})
+    view.addItem(cumulative)
+    view.addItem(line)
+    return view, cumulative, line
 
-    def _set_legend(self, entries: list[tuple[object, str]]) -> None:
-        """Name only what is drawn: entries are rebuilt when the items drawn change, relabelled in place when
-        only a value in a name does."""
-        if [item for item, _ in entries] == [item for item, _ in self._legend]:
-            for (item, name), (_, old) in zip(entries, self._legend, strict=True):
-                if name != old:
-                    self.legend.getLabel(item).setText(name)
-        else:
-            self.legend.clear()
-            for item, name in entries:
-                self.legend.addItem(item, name)
-        self._legend = entries
-        self._layout_legend()
 
-    def _layout_legend(self) -> None:
-        """As many columns as fit the plot's width; the title row above the plot made as tall as the legend."""
-        items = self.legend.items
-        if not items:
-            self.legend.setVisible(False)
-            self.getPlotItem().layout.setRowFixedHeight(0, 4)
-            return
-        fit_legend(self.legend, self.width() - LEFT_AXIS_PX - 20)
-        # a chart too small for its legend (a 900x600 window with the branch tree open) keeps its bars: the
-        # legend folds into the chart's tooltip instead of taking the plot's height
-        folded = self.legend.boundingRect().height() > LEGEND_SHARE * self.height()
-        self.legend.setVisible(not folded)
-        self.setToolTip("Legend: " + "; ".join(name for _, name in self._legend) if folded else "")
-        self.getPlotItem().layout.setRowFixedHeight(0, 4 if folded else self.legend.boundingRect().height() + 2)
+def _probs_tip(s: Sample, i: int) -> str:
+    if s.is_partial:
+        which = "sampled from" if s.reported == "final" else "model (raw)"
+        return f"{which} {_p(s.probs[0], i)}, as the server reported it"
+    if s.is_taken:
+        return f"model (raw) {_p(s.raw_probs, i)}"
+    return f"model (raw) {_p(s.raw_probs, i)} → sampled from {_p(s.final_probs, i)}"
+
+
+def _outside_tip(o: DrawnOutside, drawn_text: str, n: int, taken: bool) -> str:
+    """The tooltip of the drawn token shown after the gap (`n` candidates drawn; `taken`: by a beam)."""
+    rank = "" if o.rank is None else f" · rank {o.rank} by the model"
+    raw = "not reported" if o.raw is None else format_prob(o.raw)
+    final = "not reported" if o.final is None else format_prob(o.final)
+    return (f"<code>{html.escape(visible(drawn_text))}</code>{rank} · <b>"
+            f"{'taken by the beam' if taken else 'drawn'}</b>, outside the {n} candidates drawn<br>"
+            f"model (raw) {raw}" + ("" if taken else f" → sampled from {final}"))

@@ -1,11 +1,11 @@
 """File → New / Open… / Open Recent / Save / Save As… for the window's session, and its title.
 
 `Sessions` reads the editing state (prompt, chat, sampler settings, model) and the view-model's runs into a
-`SavedSession` and puts one back (`app/core/session/session_file.py` writes and reads the file). The title names the
-file and marks it modified while that differs from what was last saved or opened; New, Open and closing then ask
-first. What is not the file's lifecycle has its own object: the autosave and the recovery of what a crashed window
-left (`Autosave`, app/ui/files/autosave.py), the recent files' list and menu (`RecentSessions`,
-app/ui/files/recent_sessions.py).
+`SavedSession` (`snapshot`) and puts one back (`app/core/session/session_file.py` writes and reads the file). The
+title names the file and marks it modified while that differs from what was last saved or opened; New, Open and
+closing then ask first. What is not the file's lifecycle has its own object: the menu entries and their file dialogs
+(`SessionMenu`, app/ui/files/session_menu.py), the autosave and the recovery of what a crashed window left
+(`Autosave`, app/ui/files/autosave.py), the recent files' list and menu (`RecentSessions`, recent_sessions.py).
 """
 
 from __future__ import annotations
@@ -13,25 +13,24 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import platformdirs
 from PySide6.QtCore import QObject, QTimer
-from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QFileDialog, QMenu, QMessageBox, QWidget
+from PySide6.QtWidgets import QMessageBox, QWidget
 
 from app.core.session import session_file
 from app.core.session.run_group import SIDE_BY_SIDE
 from app.core.session.session_file import SavedSession, SessionFormatError
+from app.core.session.store import Session
 from app.ui.banner import Banner
 from app.ui.files.autosave import Autosave
 from app.ui.files.preferences import Preferences, default_path
 from app.ui.files.recent_sessions import RecentSessions
+from app.ui.files.session_menu import SessionMenu
 from app.ui.viewmodel.editing_state import Prompt
 from app.ui.viewmodel.playground import Playground
 
-SUFFIX = ".jsonl"
-FILTER = f"Logit Lab sessions (*{SUFFIX});;All files (*)"
 Answer = Literal["save", "discard", "cancel"]
 
 
@@ -53,30 +52,9 @@ class Sessions(QObject):
         self._closed = False
         self.autosave = Autosave(folder, banner, self._unsaved, self.recover, self)
         self.recent = RecentSessions(store, self.open, window)
-        self._make_actions()
+        self.menu = SessionMenu(self, window)
         self._wire()
         QTimer.singleShot(0, self._started)  # once the window has restored its prompt and settings
-
-    # actions ------------------------------------------------------------------------------------------------
-    def _make_actions(self) -> None:
-        w = self.w
-        self.new_action = QAction("&New session", w, shortcut=QKeySequence.StandardKey.New)
-        self.open_action = QAction("Open &session…", w, shortcut=QKeySequence("Ctrl+Shift+O"),
-                                   toolTip="Open a session (or a run's trace) saved by Logit Lab")
-        self.save_action = QAction("&Save session", w, shortcut=QKeySequence.StandardKey.Save)
-        self.save_as_action = QAction("Save session &as…", w, shortcut=QKeySequence.StandardKey.SaveAs)
-        self.new_action.triggered.connect(self.new)
-        self.open_action.triggered.connect(self._choose_and_open)
-        self.save_action.triggered.connect(self.save)
-        self.save_as_action.triggered.connect(self._choose_and_save)
-
-    def add_to(self, menu: QMenu) -> None:
-        """New, Open, Open Recent, Save and Save As at the top of `menu`, then a separator."""
-        first = menu.actions()[0] if menu.actions() else None
-        menu.insertActions(first, [self.new_action, self.open_action])
-        menu.insertMenu(first, self.recent.menu)
-        menu.insertActions(first, [self.save_action, self.save_as_action])
-        menu.insertSeparator(first)
 
     def _wire(self) -> None:
         for edited in (self.editing.prompt_changed, self.editing.settings_changed, self.editing.model_changed):
@@ -85,30 +63,13 @@ class Sessions(QObject):
         self.pg.session_replaced.connect(self.changed)
 
     def _started(self) -> None:
-        self._saved = self.state()
+        self._saved = state(self.pg)
         self._show_title()
         self.autosave.offer()
 
-    # the session as the editing state holds it -----------------------------------------------------------------
-    def snapshot(self, origin: str = "") -> SavedSession:
-        e, shown = self.editing, self.pg.shown
-        return SavedSession(prompt=e.prompt.text, messages=e.prompt.messages, chat=e.prompt.chat,
-                            settings=e.settings, model=e.model.source, backend=e.model.backend,
-                            runs=session_file.runs_of(self.pg.session),
-                            groups=session_file.groups_of(self.pg.session), prompt_set=self.pg.session.prompt_set,
-                            views=self.pg.session.views,
-                            shown=shown.id if shown is not None and shown.trace is not None else None, origin=origin)
-
-    def state(self) -> tuple:
-        """What a save would keep, less the traces (a finished run's never change): compared to see changes."""
-        e = self.editing
-        runs = tuple((r.id, r.name, r.parent) for r in self.pg.session.runs.values() if r.trace is not None)
-        return (e.prompt, e.settings, e.model.source, e.model.backend, runs, session_file.groups_of(self.pg.session),
-                self.pg.session.prompt_set, self.pg.session.views)
-
     @property
     def modified(self) -> bool:
-        return self._saved is not None and self.state() != self._saved
+        return self._saved is not None and state(self.pg) != self._saved
 
     def changed(self) -> None:
         """Something in the session may have changed: redo the title's mark and autosave a little later."""
@@ -132,28 +93,12 @@ class Sessions(QObject):
         e.set_prompt(Prompt(doc.prompt, doc.messages, doc.chat))
         e.set_settings(doc.settings)
         e.set_model(replace(e.model, source=doc.model, backend=doc.backend))
-        self._show_groups()
-        self._show_views()
+        open_views(getattr(self.w, "tools", {}), self.pg.session)
         return True
-
-    def _show_groups(self) -> None:
-        """A session saved with side-by-side columns opens their view (Run ▸ Side by side…), which shows them."""
-        tool = getattr(self.w, "tools", {}).get("side")
-        if tool is not None and any(g.kind == SIDE_BY_SIDE for g in self.pg.session.groups):
-            tool.open()
-
-    def _show_views(self) -> None:
-        """A session saved with a view's record (a beam search, a speculative run, a sweep, a Sample ×N list) opens
-        that view, which draws it."""
-        views, tools = self.pg.session.views, getattr(self.w, "tools", {})
-        for name, record in (("beam", views.beam), ("speculative", views.speculative), ("sweep", views.sweep),
-                             ("samples", views.samples)):
-            if record is not None and name in tools:
-                tools[name].open()
 
     def _unsaved(self) -> SavedSession | None:
         """What the autosave keeps: the session with unsaved changes, None without."""
-        return self.snapshot(str(self.path or "")) if self.modified else None
+        return snapshot(self.pg, str(self.path or "")) if self.modified else None
 
     def recover(self, doc: SavedSession) -> bool:
         """Show an autosaved `doc` as unsaved (under its file's name, if it had one); False if refused."""
@@ -168,7 +113,7 @@ class Sessions(QObject):
         """An empty session (no prompt, no runs) with the current settings and model."""
         if not self._may_replace():
             return False
-        empty = self.snapshot()
+        empty = snapshot(self.pg)
         if not self._apply(SavedSession(settings=empty.settings, model=empty.model, backend=empty.backend)):
             return False
         self._set_path(None)
@@ -197,12 +142,12 @@ class Sessions(QObject):
 
     def save(self) -> bool:
         """Save to the session's file (asking for one the first time); False if not saved."""
-        return self.save_as(self.path) if self.path is not None else self._choose_and_save()
+        return self.save_as(self.path) if self.path is not None else self.menu.choose_and_save()
 
     def save_as(self, path: str | os.PathLike) -> bool:
         path = Path(path)
         try:
-            session_file.save(self.snapshot(), path)
+            session_file.save(snapshot(self.pg), path)
         except OSError as e:
             self.banner.show_message(f"Cannot save {path}: {e.strerror or e}")
             return False
@@ -212,7 +157,7 @@ class Sessions(QObject):
 
     def _set_path(self, path: Path | None) -> None:
         """The session now is what `path` holds (None: a new, unsaved one): unmodified, no autosave needed."""
-        self.path, self._saved = path, self.state()
+        self.path, self._saved = path, state(self.pg)
         self._show_title()
         self.autosave.clear()
 
@@ -242,22 +187,6 @@ class Sessions(QObject):
         return {QMessageBox.StandardButton.Save: "save", QMessageBox.StandardButton.Discard: "discard"}.get(
             box.standardButton(box.clickedButton()), "cancel")
 
-    # file dialogs -------------------------------------------------------------------------------------------
-    def _folder(self) -> str:
-        where = self.path or (Path(self.recent.paths[0]) if self.recent.paths else None)
-        return str(where.parent) if where is not None else str(Path.home())
-
-    def _choose_and_open(self) -> bool:
-        path, _ = QFileDialog.getOpenFileName(self.w, "Open session", self._folder(), FILTER)
-        return bool(path) and self.open(path)
-
-    def _choose_and_save(self) -> bool:
-        start = str(Path(self._folder()) / (self.path.name if self.path else f"untitled{SUFFIX}"))
-        path, _ = QFileDialog.getSaveFileName(self.w, "Save session", start, FILTER)
-        if not path:
-            return False
-        return self.save_as(path if Path(path).suffix else path + SUFFIX)
-
 
 def question(parent: QWidget, name: str) -> QMessageBox:
     """Save / Discard / Cancel for a session with unsaved changes."""
@@ -267,3 +196,33 @@ def question(parent: QWidget, name: str) -> QMessageBox:
     box.setInformativeText("Without saving, its prompt, settings and runs since the last save are lost.")
     box.setDefaultButton(QMessageBox.StandardButton.Save)
     return box
+
+
+def snapshot(pg: Playground, origin: str = "") -> SavedSession:
+    """The session as the editing state and the view-model hold it now (`origin`: the file it came from)."""
+    e, shown, session = pg.editing, pg.shown, pg.session
+    return SavedSession(prompt=e.prompt.text, messages=e.prompt.messages, chat=e.prompt.chat, settings=e.settings,
+                        model=e.model.source, backend=e.model.backend, runs=session_file.runs_of(session),
+                        groups=session_file.groups_of(session), prompt_set=session.prompt_set, views=session.views,
+                        shown=shown.id if shown is not None and shown.trace is not None else None, origin=origin)
+
+
+def state(pg: Playground) -> tuple:
+    """What a save would keep, less the traces (a finished run's never change): compared to see changes."""
+    e, session = pg.editing, pg.session
+    runs = tuple((r.id, r.name, r.parent) for r in session.runs.values() if r.trace is not None)
+    return (e.prompt, e.settings, e.model.source, e.model.backend, runs, session_file.groups_of(session),
+            session.prompt_set, session.views)
+
+
+def open_views(tools: dict[str, Any], session: Session) -> None:
+    """Open the Run-menu views (`tools`, by name) that a saved session's records are for, which draw them: its
+    side-by-side columns, a beam search, a speculative run, a sweep, a Sample ×N list."""
+    side = tools.get("side")
+    if side is not None and any(g.kind == SIDE_BY_SIDE for g in session.groups):
+        side.open()
+    views = session.views
+    for name, record in (("beam", views.beam), ("speculative", views.speculative), ("sweep", views.sweep),
+                         ("samples", views.samples)):
+        if record is not None and name in tools:
+            tools[name].open()

@@ -90,6 +90,11 @@ class ChatEditor(QWidget):
         self.changed.emit()
         return turn
 
+    def add_reply(self, text: str) -> None:
+        """Append `text` as the assistant's message, then a new user message to type in."""
+        self.add_turn("assistant", text)
+        self.add_turn("user").text.setFocus()
+
     def _remove(self, turn: Turn) -> None:
         self.turns.remove(turn)
         turn.deleteLater()

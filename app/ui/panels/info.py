@@ -60,7 +60,8 @@ class MetricsStrip(QWidget):
         playground.cleared.connect(self.clear)
         playground.prefilled.connect(lambda ev: self.started(len(ev.prompt_ids) + self._inherited, ev.seconds,
                                                              ev.reused))
-        playground.step_shown.connect(lambda *_: playground.streaming and self.live(*playground.live_stats()))
+        playground.step_shown.connect(
+            lambda *_: playground.display.streaming and self.live(*playground.live.read(playground.steps)))
         playground.finished.connect(lambda ev: self.final(ev.metrics))
         playground.compiling.connect(lambda ev: self.note.setText(ev.message))
 
@@ -139,7 +140,8 @@ class ModelCard(QWidget):
     def bind(self, playground: Playground) -> None:
         """The loaded model's card; the KV cache's size as the run grows."""
         playground.loaded.connect(self.show_info)
-        playground.step_shown.connect(lambda *_: playground.streaming and self.show_kv(playground.live_stats()[-1]))
+        playground.step_shown.connect(
+            lambda *_: playground.display.streaming and self.show_kv(playground.live.read(playground.steps)[-1]))
         playground.finished.connect(lambda ev: self.show_kv(ev.metrics.kv_cache_bytes))
 
 

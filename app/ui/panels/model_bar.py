@@ -1,33 +1,32 @@
 """The model bar: backend, model (built-in, recent, a folder, or a hub id), device and dtype, load progress.
 
 Bound to the `EditingState`: every edit writes the model spec there, and the bar shows the model and backend the
-state holds. Emits `load_requested(ModelSpec)`; shows progress and status it is told about. It knows which backends are
-installed (a cheap check that imports no framework) and disables the others with a hint.
+state holds. Emits `load_requested(ModelSpec)` (and offers what a load needing an opt-in asks: `opt_in_offer`); its
+`LoadStatus` (app/ui/panels/load_status.py) shows the progress and status it is told about. It knows which backends
+are installed (a cheap check that imports no framework) and disables the others with a hint.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
+from collections.abc import Callable
 from dataclasses import astuple
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QPainter
+from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QHBoxLayout,
     QLabel,
-    QProgressBar,
     QPushButton,
-    QSizePolicy,
     QSpinBox,
     QToolButton,
     QWidget,
 )
 
 from app.core.models.sources import BUILTIN_LABEL, BUILTIN_NAME, ModelSpec, model_label
+from app.ui.panels.load_status import LoadStatus
 from app.ui.panels.remote_fields import RemoteFields
 from app.ui.viewmodel.editing_state import EditingState
 from backends import INSTALL_HINT, ModelLoadError, installed, resolve_name
@@ -35,36 +34,15 @@ from backends.base import LoadOptions
 from backends.threads import MAX_THREADS
 
 if TYPE_CHECKING:
-    from app.core.events import Compiling
     from app.ui.viewmodel.playground import Playground
 
-COMPILE_COST = ("--compile (torch): a static KV cache and a torch.compile'd decode step, faster per token; its "
-                "first run compiles, tens of seconds (a minute or more on a CPU; torch's caches make a second start "
-                "quicker). Start without --compile to decode eagerly: no wait.")
-
-
-class ElidedLabel(QLabel):
-    """A one-line label that ends in "…" where the room ends (the whole text in its tooltip) and never widens
-    its window."""
-
-    def __init__(self, text: str = "", parent: QWidget | None = None) -> None:
-        super().__init__(text, parent)
-        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-
-    def setText(self, text: str) -> None:  # noqa: N802 - Qt override
-        super().setText(text)
-        self.setToolTip(text)  # the whole of what may be cut
-
-    def paintEvent(self, _event: object) -> None:  # noqa: N802 - Qt override
-        painter = QPainter(self)
-        painter.setPen(self.palette().color(self.foregroundRole()))
-        text = self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, self.contentsRect().width())
-        painter.drawText(self.contentsRect(), int(self.alignment()), text)
+OPT_IN_LABELS = {"trust_remote_code": "Allow its code", "allow_pickle": "Allow pickle weights"}  # the banner's button
 
 
 class ModelBar(QWidget):
     load_requested = Signal(object)  # ModelSpec
     folders_changed = Signal(list)  # list[str]: the model folders the picker lists, after the user added one
+    opt_ins_changed = Signal(dict)  # per model, the LoadOptions flags the user allowed, after they allowed one
 
     def __init__(self, state: EditingState | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -102,7 +80,9 @@ class ModelBar(QWidget):
         self.offline = QCheckBox("Offline", toolTip="Never touch the network: only local folders and the HF cache")
         self.remote = RemoteFields()  # backend "remote": the server's URL, key and concurrency
         self.remote.models_listed.connect(self._show_server_models)
-        self.remote.key_stored.connect(self.show_status)
+        self.load_status = LoadStatus(self)  # the progress bar and the status line (the loaded model, a compile…)
+        self.progress, self.status = self.load_status.progress, self.load_status.status
+        self.remote.key_stored.connect(self.load_status.show_status)
         self.apple: bool | None = None  # whether "auto" resolves as on Apple Silicon; None: this machine's platform
         self.backend.currentIndexChanged.connect(self._show_backend_fields)
         self.model.currentTextChanged.connect(self._show_engine_fields)  # auto: torch for a .gguf file
@@ -113,12 +93,6 @@ class ModelBar(QWidget):
         self.folders: list[str] = []  # folders of models the picker lists (the user's, kept in the preferences)
         self.load_button = QPushButton("Load", toolTip="Load this model now (Generate also loads it)")
         self.load_button.clicked.connect(lambda: self.load_requested.emit(self.spec()))
-        self.progress = QProgressBar(maximumWidth=160, textVisible=True)
-        self.progress.hide()
-        self._download_start: tuple[float, int] | None = None
-        self.status = ElidedLabel()  # a long status (a download's progress, a model's name) ends in "…"
-        self.status.setObjectName("model_status")
-        self.status.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
         row = QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
         for w, stretch in ((QLabel("Backend"), 0), (self.backend, 0), (QLabel("Model"), 0), (self.model, 2),
@@ -138,11 +112,7 @@ class ModelBar(QWidget):
 
     def bind(self, pg: Playground) -> None:
         """Load progress and the loaded model from the view-model; Load is off while it is busy."""
-        pg.loading.connect(self.show_progress)
-        pg.loaded.connect(lambda info: self.show_status(f"{info.name} · {info.backend} · {info.device}"))
-        pg.compiling.connect(self.show_compiling)
-        pg.failed.connect(lambda _message: self.show_status(""))
-        pg.opt_in_needed.connect(lambda _message, _opt_in: self.show_status(""))
+        self.load_status.bind(pg)
         pg.busy_changed.connect(lambda busy: self.load_button.setEnabled(not busy))
 
     def _edited(self) -> None:
@@ -170,6 +140,7 @@ class ModelBar(QWidget):
         """Remember that the user allowed `opt_in` (a LoadOptions flag) for `source`."""
         self.opt_ins.setdefault(source, []).append(opt_in)
         self._edited()
+        self.opt_ins_changed.emit(self.opt_ins)
 
     def source(self) -> str:
         text = self.model.currentText().strip()
@@ -249,7 +220,7 @@ class ModelBar(QWidget):
         self.quantize.setVisible(engine == "mlx")
 
     def _show_server_models(self, names: list[str] | None, status: str) -> None:
-        self.show_status(status)
+        self.load_status.show_status(status)
         for name in names or ():
             if self.model.findText(name) < 0:
                 self.model.addItem(name, name)
@@ -261,7 +232,7 @@ class ModelBar(QWidget):
             from backends.remote.backend import where
 
             url = self.remote.base_url()
-            self.show_status(f"Asking {where(url) if url else 'the server'} for its models…")
+            self.load_status.show_status(f"Asking {where(url) if url else 'the server'} for its models…")
             self.remote.list_models()
             return
         picker = self.make_picker()
@@ -282,30 +253,14 @@ class ModelBar(QWidget):
             self.folders.append(folder)
             self.folders_changed.emit(list(self.folders))
 
-    def show_progress(self, message: str, done: int, total: int) -> None:
-        self.progress.setVisible(total > 0)
-        if total <= 0:
-            self._download_start = None
-            self.status.setText(message)
-            return
-        now = time.monotonic()
-        if self._download_start is None:
-            self._download_start = (now, done)
-        t0, d0 = self._download_start
-        speed = (done - d0) / (now - t0) if now > t0 else 0.0
-        left = f", {(total - done) / speed:.0f} s left" if speed > 0 else ""
-        self.status.setText(f"{message} {speed / 2**20:.1f} MiB/s{left} — Stop (Esc) cancels")
-        self.progress.setRange(0, 1000)
-        self.progress.setValue(int(1000 * done / total))
-        self.progress.setFormat(f"{done / 2**20:.0f} / {total / 2**20:.0f} MiB")
 
-    def show_compiling(self, ev: Compiling) -> None:
-        """The decode step compiling (the first token waits for it), then how long it took, after the model's line."""
-        model = self.status.text().split(" · Compil")[0]
-        self.show_status(f"{model} · {ev.message}")
-        self.status.setToolTip(f"{self.status.text()}\n\n{COMPILE_COST}")
+def opt_in_offer(bar: ModelBar, opt_in: str) -> tuple[str, Callable[[], None]]:
+    """What a load that needs `opt_in` (a LoadOptions flag) offers, as the banner's button: its text, and what it
+    does: allow it for the model the bar shows, remembered, and load that model again."""
+    source = bar.source()
 
-    def show_status(self, text: str) -> None:
-        self._download_start = None
-        self.progress.hide()
-        self.status.setText(text)
+    def allow() -> None:
+        bar.allow(source, opt_in)
+        bar.load_requested.emit(bar.spec())
+
+    return f"{OPT_IN_LABELS[opt_in]} for {source}", allow

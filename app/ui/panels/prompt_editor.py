@@ -4,16 +4,15 @@ under the model, below the editor while the toggle is on).
 
 It is given the loaded model's tokenizer (pure CPU, never the model) to count and show tokens; counting is
 debounced so typing stays smooth, and the prompt is rendered (chat template, then tokens) on a thread of its own:
-a template that loops or crawls never hangs the window, and after `RENDER_NOTE_MS` the count says so.
-It never scores a prompt itself: while Surprisal is on it asks for a score
-(`score_wanted`, debounced) and draws the `Scored` record it is handed back, if that is still of the text shown;
-one score is in flight at a time, so edits during a long run do not pile work up behind it. Nothing typed is
-ever lost: switching modes keeps both texts. Bound to the `EditingState`: an edit writes the prompt there (text,
-messages, mode), and the editor shows whatever prompt the state holds.
+a template that loops or crawls never hangs the window, and after `RENDER_NOTE_MS` the count says so. The surprisal
+is its `scoring`'s (app/ui/panels/prompt_scoring.py), which asks the view-model for scores and never scores itself.
+Nothing typed is ever lost: switching modes keeps both texts. Bound to the `EditingState`: an edit writes the prompt
+there (text, messages, mode), and the editor shows whatever prompt the state holds.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, QTimer, Signal
@@ -29,10 +28,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.events import Message, Scored
+from app.core.events import Message
 from app.ui.charts.chart_host import LazyHost
 from app.ui.formatting import token_count
 from app.ui.panels.prompt_render import PromptRenderer, Rendered, TokenBoundaries
+from app.ui.panels.prompt_scoring import PromptScoring
 from app.ui.viewmodel.editing_state import EditingState, Prompt
 
 if TYPE_CHECKING:
@@ -41,16 +41,13 @@ if TYPE_CHECKING:
     from app.ui.viewmodel.playground import Playground
 
 COUNT_MS = 150
-SCORE_MS = 400  # a score is a forward over the whole prompt: wait for a pause in typing
 RENDER_NOTE_MS = 1000  # then the count says the template is slow (the tokenizer stops it at its own limit)
 COUNT_TIP = "Prompt length in the model's tokens (the chat template included)"
 SERVER_COUNT = "no count: the server tokenizes"  # short: the label shares a row with two buttons in a 900 px window
 SERVER_COUNT_TIP = "A model on a server tokenizes the prompt with its own tokenizer, which is not known here"
-SERVER_SCORE = "A model on a server cannot score the prompt here."
 
 
 class PromptEditor(QWidget):
-    score_wanted = Signal()  # Surprisal is on and the prompt shown has no score yet: build and send a request
     unusable = Signal(str)  # why the prompt as it is cannot be generated from (no chat template…); "": it can
 
     def __init__(self, state: EditingState | None = None, parent: QWidget | None = None) -> None:
@@ -64,14 +61,12 @@ class PromptEditor(QWidget):
         # hidden at start, so built when first shown or used (`chat`, `boundaries`, `surprisal` build them); the
         # Chat tab right after the first paint too, as its size counts in the tabs' minimum size
         self.tabs = QTabWidget()
-        self._chat = LazyHost(self._make_chat, after=self.tabs)
+        self._chat = LazyHost(lambda: _chat_editor(self._edited), after=self.tabs)
         self.tabs.addTab(self.completion, "Completion")
         self.tabs.addTab(self._chat, "Chat")
         self.tabs.currentChanged.connect(self._edited)
         self._boundaries = LazyHost(TokenBoundaries)
         self._boundaries.hide()
-        self._surprisal = LazyHost(_surprisal_view)
-        self._surprisal.hide()
         self.count = QLabel("", toolTip=COUNT_TIP)
         self.count.setObjectName("token_count")
         # a long note (a slow template, a server) is cut at the column's edge, never widens the column
@@ -79,12 +74,9 @@ class PromptEditor(QWidget):
         self.show_tokens = QPushButton("Show tokens", checkable=True,
                                        toolTip="Show the prompt as the model sees it: token boundaries and ids")
         self.show_tokens.toggled.connect(self._toggle_tokens)
-        self.show_surprisal = QPushButton("Surprisal", checkable=True,
-                                          toolTip="Shade the prompt's tokens by how unlikely the model finds each "
-                                          "one, given the tokens before it; hover a token for its probability "
-                                          "and the model's alternatives")
-        self.show_surprisal.toggled.connect(self._toggle_surprisal)
-        self._build_layout()
+        self.scoring = PromptScoring(self)  # the prompt's surprisal: its toggle, its view, the scores asked for
+        self.show_surprisal, self._surprisal = self.scoring.button, self.scoring.host
+        self.split = _lay_out(self)
         self._debounce = QTimer(self, singleShot=True, interval=COUNT_MS)
         self._debounce.timeout.connect(self.refresh_count)
         self.renderer = PromptRenderer(self)
@@ -92,12 +84,6 @@ class PromptEditor(QWidget):
         self._slow = QTimer(self, singleShot=True, interval=RENDER_NOTE_MS)
         self._slow.timeout.connect(lambda: self.count.setText(
             f"the chat template is still rendering after {RENDER_NOTE_MS / 1000:g} s: no token count"))
-        self._score_after_render = False  # a score waits for the prompt's render
-        self._score_debounce = QTimer(self, singleShot=True, interval=SCORE_MS)
-        self._score_debounce.timeout.connect(self.request_score)
-        self._score_sent: int | None = None  # the latest score request: only its answer is drawn
-        self._score_in_flight = False
-        self._rescore = False  # edited while a score was in flight: ask again when it is back
         self.state.prompt_changed.connect(self._show)
         self._show(self.state.prompt)
 
@@ -114,49 +100,16 @@ class PromptEditor(QWidget):
     @property
     def surprisal(self) -> SurprisalView:
         """The prompt shaded by its surprisal, below the editor while Surprisal is on (built now if it was not yet)."""
-        return self._surprisal.widget
-
-    def _make_chat(self) -> ChatEditor:
-        from app.ui.panels.chat_editor import ChatEditor
-
-        chat = ChatEditor()
-        chat.changed.connect(self._edited)
-        return chat
+        return self.scoring.view
 
     def _chat_messages(self) -> tuple[Message, ...]:
         """The chat's messages; none while it is not built (a new chat editor holds none)."""
         return self.chat.messages() if self._chat.is_built else ()
 
-    def _build_layout(self) -> None:
-        top = QWidget()
-        tb = QVBoxLayout(top)
-        tb.setContentsMargins(0, 0, 0, 0)
-        tb.addWidget(self.tabs, 1)
-        tb.addWidget(self._boundaries, 1)
-        self.split = QSplitter(Qt.Orientation.Vertical, childrenCollapsible=False)
-        self.split.addWidget(top)
-        self.split.addWidget(self._surprisal)
-        row = QHBoxLayout()
-        row.addWidget(self.count, 1)
-        row.addWidget(self.show_surprisal)
-        row.addWidget(self.show_tokens)
-        box = QVBoxLayout(self)
-        box.setContentsMargins(0, 0, 0, 0)
-        box.addWidget(self.split, 1)
-        box.addLayout(row)
-
     def bind(self, pg: Playground) -> None:
         """The loaded model's tokenizer; while Surprisal is on, scores asked of the view-model and drawn when back."""
         pg.loaded.connect(lambda info: self.set_tokenizer(pg.tokenizer, server=info.backend == "remote"))
-        self.score_wanted.connect(lambda: self.expect_score(pg.score_edited()))
-        pg.scored.connect(self.show_score)
-        pg.failed.connect(self.score_failed)
-        pg.opt_in_needed.connect(self.score_failed)
-
-    def add_reply(self, text: str) -> None:
-        """Append `text` as the assistant's message, then a new user message to type in."""
-        self.chat.add_turn("assistant", text)
-        self.chat.add_turn("user").text.setFocus()
+        self.scoring.bind(pg)
 
     @property
     def chat_mode(self) -> bool:
@@ -168,7 +121,7 @@ class PromptEditor(QWidget):
         self.tokenizer, self.server = tokenizer, server
         self.count.setToolTip(SERVER_COUNT_TIP if server else COUNT_TIP)
         self.refresh_count()
-        self.request_score()  # another model: another score
+        self.scoring.request()  # another model: another score
 
     def prompt(self) -> str:
         return self.completion.toPlainText()
@@ -207,9 +160,7 @@ class PromptEditor(QWidget):
 
     def _edited(self) -> None:
         self._debounce.start()
-        if self.show_surprisal.isChecked():
-            self._score_debounce.start()
-            self.surprisal.set_status("· edited…")
+        self.scoring.edited()
         if not self._showing:
             self.state.set_prompt(self.shown())
 
@@ -235,9 +186,7 @@ class PromptEditor(QWidget):
         if self.tokenizer is None or r.key != (self.tokenizer, self.prompt(), self.messages()):
             return
         self._show_count(r)
-        if self._score_after_render:
-            self._score_after_render = False
-            self.request_score()
+        self.scoring.rendered()
 
     def _show_count(self, r: Rendered) -> None:
         self._slow.stop()
@@ -257,81 +206,33 @@ class PromptEditor(QWidget):
         self.show_tokens.setText("Edit prompt" if on else "Show tokens")
         self.refresh_count()
 
-    # surprisal ----------------------------------------------------------------------------------------------
-    def _toggle_surprisal(self, on: bool) -> None:
-        self._surprisal.setVisible(on)
-        self._score_debounce.stop()
-        self._rescore = False
-        if on:
-            total = sum(self.split.sizes())
-            self.split.setSizes([total // 2, total - total // 2])  # room for the shaded text, as for the editor
-            self.request_score()
-        else:  # an answer still on its way is of no use now
-            self._score_sent, self._score_in_flight = None, False
-            if self._surprisal.is_built:
-                self.surprisal.clear()
 
-    def request_score(self) -> None:
-        """Ask for a score of the prompt as it is now (at most one in flight; a later edit asks again)."""
-        if not self.show_surprisal.isChecked():
-            return
-        if self.tokenizer is None:
-            self.surprisal.clear(SERVER_SCORE if self.server else "Load a model to score the prompt.")
-            return
-        r = self.model_text()
-        if r is None:
-            self._score_after_render = True
-            return
-        if r.error is not None:  # (the token count beneath says the same)
-            self.surprisal.clear(f"Nothing to score: {r.error}.")
-            return
-        if not r.ids or not r.text:
-            self.surprisal.clear("Type a prompt to see how surprising the model finds each of its tokens.")
-            return
-        self.surprisal.scoring()
-        if self._score_in_flight:
-            self._rescore = True
-            return
-        self.score_wanted.emit()
+def _chat_editor(edited: Callable[[], object]) -> ChatEditor:
+    """The Chat tab's editor, built at its first use; an edit in it calls `edited`."""
+    from app.ui.panels.chat_editor import ChatEditor
 
-    def expect_score(self, request_id: int) -> None:
-        """The score request just sent for the prompt shown; answers to any earlier one are stale."""
-        self._score_sent, self._score_in_flight, self._rescore = request_id, True, False
-
-    def show_score(self, ev: Scored) -> None:
-        """Draw `ev` if it answers the latest request and is of the prompt shown now; otherwise ignore it."""
-        if ev.request_id != self._score_sent:
-            return  # an older request's answer, or one sent by someone else
-        self._score_in_flight = False
-        if self._is_current(ev):
-            self.surprisal.show_score(ev.score, self.tokenizer.token_text)
-        if self._rescore:
-            self._rescore = False
-            self.request_score()
-
-    def score_failed(self, *_message: str) -> None:
-        """A request failed (the window shows why): do not wait for a score that may never come."""
-        if self._score_in_flight:
-            self._score_in_flight = False
-            self.surprisal.set_status("")
-            if self._rescore:
-                self._rescore = False
-                self.request_score()
-
-    def score_cancelled(self) -> None:
-        """Stop cancels every queued job, a score too: ask again (the toggle is still on)."""
-        if self._score_in_flight:
-            self._score_in_flight = self._rescore = False
-            self.request_score()
-
-    def _is_current(self, ev: Scored) -> bool:
-        if self.tokenizer is None or self._score_debounce.isActive():
-            return False  # edited since: the score of the new text is on its way
-        r = self.model_text()
-        return r is not None and r.error is None and r.text == ev.prompt_text and r.ids == ev.score.ids
+    chat = ChatEditor()
+    chat.changed.connect(edited)
+    return chat
 
 
-def _surprisal_view() -> SurprisalView:
-    from app.ui.run_view.surprisal_view import SurprisalView
-
-    return SurprisalView()
+def _lay_out(editor: PromptEditor) -> QSplitter:
+    """The tabs (or the tokens instead) over the surprisal, in a splitter; the count and the two toggles in a row
+    under them."""
+    top = QWidget()
+    tb = QVBoxLayout(top)
+    tb.setContentsMargins(0, 0, 0, 0)
+    tb.addWidget(editor.tabs, 1)
+    tb.addWidget(editor._boundaries, 1)
+    split = QSplitter(Qt.Orientation.Vertical, childrenCollapsible=False)
+    split.addWidget(top)
+    split.addWidget(editor.scoring.host)
+    row = QHBoxLayout()
+    row.addWidget(editor.count, 1)
+    row.addWidget(editor.show_surprisal)
+    row.addWidget(editor.show_tokens)
+    box = QVBoxLayout(editor)
+    box.setContentsMargins(0, 0, 0, 0)
+    box.addWidget(split, 1)
+    box.addLayout(row)
+    return split

@@ -303,7 +303,7 @@ class TokenView(QWidget):
         t.regenerate_requested.connect(self.regenerate_requested)
         pg.steps_appended.connect(self.append_steps)
         pg.finished.connect(lambda ev: t.mark_end(ev.reason))
-        pg.step_shown.connect(lambda _i, trace: t.select(None if pg.following else trace.step))
+        pg.step_shown.connect(lambda _i, trace: t.select(None if pg.display.following else trace.step))
         pg.preview_changed.connect(lambda _s, trace: t.select(trace.step))
         t.step_clicked.connect(pg.select_step)
 

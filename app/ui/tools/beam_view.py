@@ -1,7 +1,7 @@
 """Run ▸ Beam search…: a dock that runs a beam search on the editing state's prompt and model, draws its tree as it
 grows (`BeamTree`) and lists the finished hypotheses best first, each with "Open as run".
 
-The search runs on the model thread (`ModelThread.beam`), whose events land in this view's own queue, drained on a
+The search runs on the model thread (a `beam` job), whose events land in this view's own queue, drained on a
 timer: the UI never touches the model. "Open as run" sends the `Playground` a request whose steps are the
 hypothesis' recorded steps (`beam_run.open_request`): it becomes a run of the session, in the branch tree, and
 forks like any other. Every number shown is the recorded one.
@@ -182,7 +182,7 @@ class BeamView(QDockWidget):
         self._settings = settings
         self._reset()
         self._store(None)
-        self.job.start(request, self.playground.worker.beam)
+        self.job.start("beam", request)
         self.status.setText("Prefilling the prompt…")
         return True
 

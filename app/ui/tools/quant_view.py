@@ -4,7 +4,7 @@ of it (B: another precision, MLX 4- or 8-bit quantize-on-load, or another model 
 shaded by KL, and the summary line.
 
 The sequence is the shown run's (its prompt and output tokens) or, with no run, the prompt. The diff runs on the
-model thread (`ModelThread.diff`), whose events land in this view's own queue, drained on a timer. Every number
+model thread (a `diff` job), whose events land in this view's own queue, drained on a timer. Every number
 drawn is the record's: the view maps KL to a bar height and a shade, and computes nothing else.
 """
 
@@ -278,7 +278,7 @@ class QuantView(QDockWidget):
         self.summary.setText("")
         self.chart.clear_diff()
         self.text.clear_diff()
-        self.job.start(request, self.playground.worker.diff)
+        self.job.start("diff", request)
         source = "the shown run's" if request.prompt_ids is not None else "the prompt's"
         self.status.setText(f"Comparing on {source} tokens…")
         return True

@@ -5,22 +5,21 @@ Each cell is one request of N samples; cells share the window's model and prompt
 (`Playground.generate_together`: one prefill, one batched decode of every row) of at most `batch_rows` rows, one
 batch after another; every sample is a run of the session. A cell fills as its samples finish. Stop ends the batch in
 progress: its cells, and the cells not started, stay empty. Clicking a finished cell asks for its samples
-(`samples_requested`).
-The grid and every statistic are `app.core.compare.statistics`'s; this view only colours cells between the lowest and
-the highest value shown, and writes the table as CSV (File → Export's atomic writer). The grid shown is kept in the
-session (`Views.sweep`: each cell's runs and statistics) and drawn again, from those numbers, when it is reopened.
+(`samples_requested`); a prompt set runs against the cell selected (`selected_cell`).
+The grid and every statistic are `app.core.compare.statistics`'s; the grid (`SweepGrid`, app/ui/tools/sweep_grid.py)
+only colours cells between the lowest and the highest value shown, and this view writes the table as CSV (File →
+Export's atomic writer). The grid shown is kept in the session (`Views.sweep`: each cell's runs and statistics) and
+drawn again, from those numbers, when it is reopened.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import math
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QComboBox,
     QFileDialog,
@@ -30,8 +29,6 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QPushButton,
     QSpinBox,
-    QTableWidget,
-    QTableWidgetItem,
     QVBoxLayout,
     QWidget,
 )
@@ -39,17 +36,18 @@ from PySide6.QtWidgets import (
 from app.core.compare.job_plan import CellRun, SweepPlan
 from app.core.compare.statistics import STATISTICS, Axis, compare, make_grid, parse_axis, sweep_header, sweep_row
 from app.core.files import write_atomic
-from app.core.record.export import shade_rgba
 from app.core.session.view_records import SweepRecord, SweptCell
 from app.core.settings import FIELDS, SettingsError
+from app.ui.tools.sweep_grid import SweepGrid, at
 
 if TYPE_CHECKING:
+    from app.core.compare.statistics import Cell
     from app.core.events import Request
+    from app.core.session.store import Session
     from app.ui.viewmodel.playground import Playground
 
 DEFAULT_AXES = (("temperature", "0.2,0.7,1.2"), ("top_p", "0.8,0.95,1"))
 MAX_BATCH_ROWS = 64  # rows decoded together at most (a cell of N samples is N rows; a cell is never split)
-SHADES = 20
 
 
 class SweepView(QWidget):
@@ -80,7 +78,7 @@ class SweepView(QWidget):
         self.stop_button = QPushButton("Stop", enabled=False)
         self.export_button = QPushButton("Export CSV…", enabled=False)
         self.status = QLabel("Choose two settings and their values (2 to 6 each), then Run sweep.")
-        self.grid = QTableWidget(0, 0, editTriggers=QTableWidget.EditTrigger.NoEditTriggers)
+        self.grid = SweepGrid()
         self._layout()
         self._wire()
         self.restore()
@@ -138,7 +136,7 @@ class SweepView(QWidget):
             return False
         self.axes, self.cells = (axes[0], axes[1]), [CellRun(c) for c in cells]
         self.plan = SweepPlan(self.cells, self.pg.make_request(settings), self.count.value(), self.batch_rows)
-        self._make_grid()
+        self.grid.make(self.axes, self.cells)
         started = self.pg.run_plan(self.plan)
         self._set_running(started)
         self._progress()
@@ -155,9 +153,14 @@ class SweepView(QWidget):
         self.pg.stop()
 
     def open_cell(self, row: int, col: int) -> None:
-        cr = self._at(row, col)
+        cr = at(self.cells, row, col)
         if cr is not None and cr.result is not None:
             self.samples_requested.emit(cr.request)
+
+    def selected_cell(self) -> Cell | None:
+        """The cell selected in the grid (the one last clicked), None if none is."""
+        cr = self.grid.current(self.cells)
+        return cr.cell if cr is not None else None
 
     def export_csv(self, path: str) -> None:
         """The finished cells as CSV (`sweep_header` columns), written atomically."""
@@ -191,17 +194,11 @@ class SweepView(QWidget):
             runs = self.pg.session.of_request(cr.request.id)
             if any(r.finished.reason in ("cancelled", "error") for r in runs):
                 cr.stopped = True
-                self._mark_stopped(cr)
+                self.grid.mark_stopped(cr)
                 continue
             cr.result = compare(traces, self.pattern.text() or None)
         self._draw()
         self._progress()
-
-    def _mark_stopped(self, cr: CellRun) -> None:
-        item = self.grid.item(cr.cell.row, cr.cell.col)
-        if item is not None:
-            item.setText("stopped")
-            item.setToolTip("Stopped (or failed) before its samples ended: not scored")
 
     def _set_running(self, running: bool) -> None:
         self._running = running
@@ -247,68 +244,28 @@ class SweepView(QWidget):
         self.count.setValue(record.samples)
         self.pattern.setText(record.pattern)
         self.axes = (record.axes[0], record.axes[-1])
-        self.cells = [CellRun(c.cell, self._request_of(c.run_ids), c.result, c.stopped) for c in record.cells]
+        session = self.pg.session
+        self.cells = [CellRun(c.cell, _request_of(session, c.run_ids), c.result, c.stopped) for c in record.cells]
         self.plan = SweepPlan(self.cells, n=record.samples, batch_rows=self.batch_rows)
         # not running now: a cell that had not ended was stopped
         self.plan.jobs, self.plan.stopped = record.batches, any(cr.result is None for cr in self.cells)
-        self._make_grid()
+        self.grid.make(self.axes, self.cells)
         for cr in (cr for cr in self.cells if cr.stopped):
-            self._mark_stopped(cr)
+            self.grid.mark_stopped(cr)
         self.statistic.setCurrentText(record.statistic)
         self._draw()
         self._set_running(False)
         self._progress()
 
-    def _request_of(self, run_ids: tuple[int, ...]) -> Request | None:
-        """The request of a cell's samples (None: none of them is in the session)."""
-        run = self.pg.session.get(run_ids[0]) if run_ids else None
-        return run.request if run is not None else None
-
     def _forget(self) -> None:
         self.plan.stop()
         self.cells, self.axes = [], None
-        self.grid.setRowCount(0)
-        self.grid.setColumnCount(0)
+        self.grid.forget()
         self._set_running(False)
 
     # drawing ----------------------------------------------------------------------------------------------
-    def _at(self, row: int, col: int) -> CellRun | None:
-        return next((cr for cr in self.cells if (cr.cell.row, cr.cell.col) == (row, col)), None)
-
-    def _make_grid(self) -> None:
-        rows, cols = self.axes
-        self.grid.clear()
-        self.grid.setRowCount(len(rows.values))
-        self.grid.setColumnCount(len(cols.values))
-        self.grid.setVerticalHeaderLabels([f"{rows.name} {v:g}" for v in rows.values])
-        self.grid.setHorizontalHeaderLabels([f"{cols.name} {v:g}" for v in cols.values])
-        for cr in self.cells:
-            item = QTableWidgetItem("…")
-            item.setTextAlignment(Qt.AlignmentFlag.AlignCenter)
-            self.grid.setItem(cr.cell.row, cr.cell.col, item)
-        self.grid.horizontalHeader().setSectionResizeMode(self.grid.horizontalHeader().ResizeMode.Stretch)
-        self.grid.verticalHeader().setSectionResizeMode(self.grid.verticalHeader().ResizeMode.Stretch)
-
-    def shown_value(self, cr: CellRun) -> float | None:
-        """The chosen statistic of a finished cell (what its text and colour show)."""
-        if cr.result is None:
-            return None
-        v = getattr(cr.result.stats, self.statistic.currentText())
-        return None if v is None or not math.isfinite(v) else float(v)
-
     def _draw(self) -> None:
-        values = [v for v in (self.shown_value(cr) for cr in self.cells) if v is not None]
-        lo, hi = (min(values), max(values)) if values else (0.0, 0.0)
-        for cr in self.cells:
-            item = self.grid.item(cr.cell.row, cr.cell.col)
-            v = self.shown_value(cr)
-            if item is None or cr.result is None:
-                continue
-            item.setText("—" if v is None else f"{v:.3g}")
-            level = None if v is None else round((v - lo) / (hi - lo) * (SHADES - 1)) if hi > lo else SHADES // 2
-            item.setBackground(QColor(*shade_rgba(level)) if level is not None else QColor(0, 0, 0, 0))
-            item.setToolTip(f"{self.statistic.currentText()} = {v}; {cr.result.stats.unique} unique of "
-                            f"{cr.result.stats.n}")
+        self.grid.draw(self.cells, self.statistic.currentText())
 
     def _choose_export(self) -> None:
         path, _ = QFileDialog.getSaveFileName(self, "Export the sweep as CSV", "sweep.csv", "CSV (*.csv)")
@@ -317,3 +274,9 @@ class SweepView(QWidget):
                 self.export_csv(path)
             except OSError as e:
                 self.failed.emit(f"cannot write {path}: {e.strerror or e}")
+
+
+def _request_of(session: Session, run_ids: tuple[int, ...]) -> Request | None:
+    """The request of a cell's samples (None: none of them is in the session)."""
+    run = session.get(run_ids[0]) if run_ids else None
+    return run.request if run is not None else None

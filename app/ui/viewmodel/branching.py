@@ -274,10 +274,6 @@ class Branches(QObject):
         self._put_back(latest)
         return True
 
-    def undo_delete(self) -> bool:
-        """Undo (the tree's name for it: its latest undoable change)."""
-        return self.undo()
-
     def _put_back(self, d: Deleted) -> None:
         """Put back the runs a delete removed, where they were in the session's order; show the run shown then."""
         r = self._runner

@@ -26,6 +26,7 @@ from app.core.decoding.quant_diff import (
 )
 from app.core.events import Failed
 from app.core.models.sources import BUILTIN_PATH, ModelSpec
+from app.core.runs.jobs import Job
 from app.core.runs.model_thread import ModelThread
 from backends import get_backend, installed
 from backends.base import LoadOptions, ModelLoadError
@@ -111,9 +112,8 @@ def test_mlx_4_bit_runs_on_the_model_thread_and_differs():
     worker, out = ModelThread(), queue.Queue()
     try:
         spec = ModelSpec("builtin", "mlx", LoadOptions(dtype="float32"))
-        worker.diff(DiffRequest(model=spec, model_b=ModelSpec("builtin", "mlx", LoadOptions(dtype="float32",
-                                                                                          quantize_bits=4)),
-                                prompt=TEXT), out)
+        b = ModelSpec("builtin", "mlx", LoadOptions(dtype="float32", quantize_bits=4))
+        worker.start(Job("diff", (DiffRequest(model=spec, model_b=b, prompt=TEXT),), out, status=worker.events))
         events = [out.get(timeout=TIMEOUT) for _ in range(4)]
     finally:
         assert worker.close()
@@ -134,8 +134,9 @@ def test_a_variant_with_another_tokenizer_is_refused_in_one_line(torch_f32, tiny
 def test_the_thread_reports_a_refusal_to_the_diffs_own_queue(tiny_path: Path):
     worker, out = ModelThread(), queue.Queue()
     try:
-        worker.diff(DiffRequest(model=ModelSpec("builtin", "torch", F32), model_b=ModelSpec(str(tiny_path), "torch"),
-                                prompt=""), out)  # the beginning-of-text token alone
+        request = DiffRequest(model=ModelSpec("builtin", "torch", F32), model_b=ModelSpec(str(tiny_path), "torch"),
+                              prompt="")  # the beginning-of-text token alone
+        worker.start(Job("diff", (request,), out, status=worker.events))
         ev = out.get(timeout=TIMEOUT)
     finally:
         assert worker.close()

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from app.core.record.trace import RunTrace, StepTrace
+from app.core.sampler import forcing
 from app.core.sampler.pipeline import History
 from app.core.sampler.sampling import sample
 from app.core.sampler.step_view import resample_step
@@ -105,11 +106,11 @@ def test_the_runner_up_and_a_forced_token_come_from_the_record():
     s = run.steps[0].sample
     alt = runner_up(s)
     assert alt == next(int(t) for t in s.top_ids if int(t) != s.token)
-    forced = s.forcing(alt)
+    forced = forcing.forced(s, alt)
     i = int(np.flatnonzero(s.top_ids == alt)[0])
     assert (forced.token, forced.rank, forced.u) == (alt, i, s.u)
     assert forced.prob == pytest.approx(float(s.final_probs[i]))
     assert forced.raw_logprob == pytest.approx(float(s.top_logits[i]) - s.raw_lse)
     np.testing.assert_array_equal(forced.probs, s.probs)
     with pytest.raises(ValueError, match="not among"):
-        s.forcing(VOCAB + 5)
+        forcing.forced(s, VOCAB + 5)

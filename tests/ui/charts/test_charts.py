@@ -301,18 +301,19 @@ def test_the_timeline_draws_either_curve_or_both_and_the_window_remembers_which(
     tl = window.timeline.chart
     axes = tl.getPlotItem().getAxis
     assert tl.prob.isVisible() and tl.entropy.isVisible() and axes("left").isVisible() and axes("right").isVisible()
-    window.series.setCurrentIndex(window.series.findData("entropy"))
+    window.timeline_panel.series.setCurrentIndex(window.timeline_panel.series.findData("entropy"))
     assert not tl.prob.isVisible() and not axes("left").isVisible() and tl.entropy.isVisible()
     np.testing.assert_allclose(tl.entropy.getData()[1], entropies, rtol=1e-6)  # the record's numbers
     first = done.args[0].trace.steps[0]  # and each point's tooltip says them
     assert tl.point_tip(0) == (f"step 0 · p(drawn) {format_prob(first.prob)} · entropy {first.sample.entropy:.2f} "
                                "nats — click to select") and tl.point_tip(len(entropies)) == ""
-    window.series.setCurrentIndex(window.series.findData("prob"))
+    window.timeline_panel.series.setCurrentIndex(window.timeline_panel.series.findData("prob"))
     assert tl.prob.isVisible() and not tl.entropy.isVisible() and not axes("right").isVisible()
-    window.save_state()
+    window.prefs.save()
     again = MainWindow(settings=store, spec=window.model_bar.spec())
     qtbot.addWidget(again)
-    assert again.series.currentData() == "prob" and not again.timeline.is_built  # choosing builds nothing
+    assert again.timeline_panel.series.currentData() == "prob"
+    assert not again.timeline.is_built  # choosing builds nothing
     assert again.timeline.chart.prob.isVisible() and not again.timeline.chart.entropy.isVisible()  # applied when built
     again.sessions.ask = lambda: "discard"
     again.close()

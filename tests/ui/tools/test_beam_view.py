@@ -110,7 +110,7 @@ def test_an_opened_hypothesis_shows_the_tokens_the_beam_took_with_their_model_pr
     panel, chart = window.step_panel, window.step_panel.chart.chart
     for k, st in enumerate(run.steps):
         pg.select_step(k)
-        assert not any("cut by" in name for _, name in chart._legend)
+        assert not any("cut by" in name for _, name in chart.legend.entries)
         assert panel.title.text().startswith(f"<b>Step {k}</b> — the beam took")
         assert format_prob(st.raw_prob) in panel.title.text() and st.prob == pytest.approx(st.raw_prob, rel=1e-6)
     assert window.timeline.chart.prob.getData()[1].min() > 0  # p(drawn): the model's, never a cut's 0

@@ -120,13 +120,13 @@ def test_tree_keys_rename_and_delete(qtbot, window):
     back = pg.session.get(child.run_id)
     assert back is not None and back.name == "my idea" and list(pg.session.runs) == [*order, child.run_id]
     assert pg.shown.id == child.run_id  # shown again, as it was when deleted
-    assert not pg.branches.undo_delete()  # one delete, one undo
+    assert not pg.branches.undo()  # one delete, one undo
 
 
 def test_replay_marks_the_first_step_that_differs_in_the_output_and_the_timeline(qtbot, window):
     root = first_run(qtbot, window, temperature=1.5)
     window.sampler.editors["temperature"].setValue(0.0)  # greedy: decided by the record, step by step
-    fin = wait_run(qtbot, window, window.replay_action.trigger)
+    fin = wait_run(qtbot, window, window.controls.replay_action.trigger)
     pg = window.playground
     run = pg.session.get(fin.run_id)
     mine, theirs = run.trace.token_ids, root.trace.token_ids
@@ -152,9 +152,9 @@ def test_uncertain_steps_are_marked_from_the_record_and_a_mark_forks_with_the_ru
     assert marked == uncertain_steps(entropies) and len(marked) == 2  # the top 5 % of 24 steps, rounded up
     np.testing.assert_allclose(tl.marks.data["data"].astype(float), [entropies[i] for i in marked], rtol=1e-6)
     assert (tl.marks.data["y"] > 1.0).all()  # in their row above the curves, not on the p(drawn) area
-    window.uncertain.setValue(float(np.median(entropies)))
+    window.timeline_panel.uncertain.setValue(float(np.median(entropies)))
     assert tl.marks.data["x"].astype(int).tolist() == [i for i, h in enumerate(entropies)
-                                                        if h > window.uncertain.value()]
+                                                        if h > window.timeline_panel.uncertain.value()]
     step = marked[0]
     want = runner_up(pg.steps[step].sample)
     fin = wait_run(qtbot, window, lambda: tl.uncertain_clicked.emit(step))

@@ -164,7 +164,7 @@ def test_a_request_is_the_editing_state_and_an_invalid_setting_is_refused_with_i
         assert request.settings == SamplerSettings(top_k=3, seed=4)
         reasons = emitted(pg.refused)
         e.set_settings_error("top_k must be an integer from 0 to 1000, got -1")
-        assert not pg.generate_edited() and reasons == [("top_k must be an integer from 0 to 1000, got -1",)]
+        assert not pg.generate() and reasons == [("top_k must be an integer from 0 to 1000, got -1",)]
         assert not pg.busy
     finally:
         pg.worker.close()

@@ -1,8 +1,8 @@
 """What a prompt set runs against: the window's settings, the side-by-side view's columns (each as its form holds
 it, on the column's model), or the sweep's selected cell. Each is a `Target`, a label, the settings a run takes and
-its model (None: the window's); the labels are the core's (`prompt_sets.settings_label`). Reads the other views'
-public parts (forms, grid, cells) and changes nothing; a choice that names no settings yet raises `SettingsError`
-with one line that says what to do.
+its model (None: the window's); the labels are the core's (`prompt_sets.settings_label`). Asks the other views
+only through their public methods (`SideBySideView.targets`, `SweepView.selected_cell`) and changes nothing; a choice
+that names no settings yet raises `SettingsError` with one line that says what to do.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from app.core.compare.job_plan import Target
 from app.core.compare.prompt_sets import label_names, settings_label
 from app.core.models.sources import ModelSpec
 from app.core.settings import SamplerSettings, SettingsError
-from app.ui.tools.side_by_side.column_model import short_name
 
 if TYPE_CHECKING:
     from app.ui.tools.side_by_side.view import SideBySideView
@@ -29,25 +28,18 @@ def window_targets(settings: SamplerSettings) -> list[Target]:
 
 
 def column_targets(side: SideBySideView | None, base: SamplerSettings, window: ModelSpec) -> list[Target]:
-    """One target per shown column of the side-by-side view: `base` with the column form's values, on the column's
-    model (`window`: the window's), labelled by its name, the settings that tell the columns apart and a model
-    chosen for it (`A: T=0.7`, `B: T=1.2 · tiny`)."""
+    """One target per shown column of the side-by-side view (`SideBySideView.targets`: `base` with the column form's
+    values, on the column's model, `window` the window's)."""
     if side is None:
         raise SettingsError("no side-by-side columns yet: open Run ▸ Side by side… and set its columns")
-    forms = side.forms[: side.count.value()]
-    settings = [f.settings(base) for f in forms]  # a SettingsError names the value that is not valid
-    names = label_names(settings)
-    return [Target(f"{f.title()}: {settings_label(s, names)}"
-                   + (f" · {short_name(f.model.choice())}" if f.model.choice() is not None else ""),
-                   s, f.model.spec(window)) for f, s in zip(forms, settings, strict=True)]
+    return side.targets(base, window)  # a SettingsError names the value that is not valid
 
 
 def sweep_cell_targets(sweep: SweepView | None) -> list[Target]:
     """The sweep's current cell (the one clicked or selected) as the one target, labelled by its swept values."""
     if sweep is None or not sweep.cells:
         raise SettingsError("no sweep cell yet: run Run ▸ Sweep… and click one of its cells")
-    at = (sweep.grid.currentRow(), sweep.grid.currentColumn())
-    cell = next((cr.cell for cr in sweep.cells if (cr.cell.row, cr.cell.col) == at), None)
+    cell = sweep.selected_cell()
     if cell is None:
         raise SettingsError("no sweep cell selected: click one of the sweep's cells")
     return [Target(settings_label(cell.settings, tuple(cell.values)), cell.settings)]

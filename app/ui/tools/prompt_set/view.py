@@ -8,7 +8,7 @@ so every sample is a run of the session; Stop ends the set with the prompt in pr
 is `app.core.compare.statistics`'s, computed once per run when its samples are done; the writers are
 `app.core.compare.prompt_sets`'s. The set and its last results are part of the session (`Session.prompt_set`: saved in
 its file, back on open and in autosave recovery; an edit marks the session modified); Save set… also writes the prompts
-alone as a file.
+alone as a file. The prompts' table is `PromptsTable` (prompts_table.py), the file dialogs are dialogs.py's.
 """
 
 from __future__ import annotations
@@ -18,15 +18,12 @@ from typing import TYPE_CHECKING, Any
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox,
-    QFileDialog,
     QHBoxLayout,
     QLabel,
     QPlainTextEdit,
     QPushButton,
     QSpinBox,
     QSplitter,
-    QTableWidget,
-    QTableWidgetItem,
     QVBoxLayout,
     QWidget,
 )
@@ -42,6 +39,8 @@ from app.core.compare.prompt_sets import (
 )
 from app.core.compare.statistics import compare
 from app.core.settings import SamplerSettings, SettingsError
+from app.ui.tools.prompt_set.dialogs import choose_export, choose_load, choose_save
+from app.ui.tools.prompt_set.prompts_table import PromptsTable
 from app.ui.tools.prompt_set.results_table import PromptResultsTable
 from app.ui.tools.prompt_set.targets import (
     COLUMNS,
@@ -56,8 +55,6 @@ if TYPE_CHECKING:
     from app.ui.viewmodel.playground import Playground
 
 MAX_SAMPLES = 16
-ROW_PX = 22  # a table row's height
-EXPORT_FILTERS = {"CSV (*.csv)": "csv", "JSON Lines (*.jsonl)": "jsonl", "Markdown (*.md)": "md"}
 EMPTY = ("Paste prompts (one per line, or blocks separated by a blank line) and press Add, or Load a CSV / JSON "
          "Lines file; then Run set runs each prompt under the settings chosen in “run against”.")
 
@@ -76,7 +73,7 @@ class PromptSetView(QWidget):
         self.jobs: list[PromptRun] = []
         self._results: list[PromptResult] = []  # the last run's, in the order they finished (or the session's)
         self.plan = PromptSetPlan()  # the set's runs, prompt after prompt, run by the view-model
-        self._running = self._filling = False
+        self._running = False
         self._n = 1  # samples per prompt of the run in progress
         self.paste = QPlainTextEdit(placeholderText="Paste prompts here: one per line, or blocks separated by a "
                                     "blank line")
@@ -86,7 +83,7 @@ class PromptSetView(QWidget):
                                        "it); the session keeps the set and its results in any case")
         self.new_row_button = QPushButton("New row")
         self.remove_button = QPushButton("Remove rows", toolTip="Remove the selected prompts")
-        self.prompts = QTableWidget(0, 1, selectionBehavior=QTableWidget.SelectionBehavior.SelectRows)
+        self.prompts = PromptsTable()
         self.against = QComboBox(toolTip="The settings each prompt runs under: the sampler panel's, each column of "
                                  "Side by side (as its form holds it), or the cell last clicked in Sweep")
         self.against.addItems(list(SOURCES))
@@ -103,9 +100,6 @@ class PromptSetView(QWidget):
         self._restore()
 
     def _layout(self) -> None:
-        self.prompts.setHorizontalHeaderLabels(["prompt"])
-        self.prompts.horizontalHeader().setStretchLastSection(True)
-        self.prompts.verticalHeader().setDefaultSectionSize(ROW_PX)
         self.paste.setMaximumHeight(72)
         edit = QHBoxLayout()
         for w in (self.add_button, self.load_button, self.save_button, self.new_row_button, self.remove_button):
@@ -138,27 +132,26 @@ class PromptSetView(QWidget):
 
     def _wire(self) -> None:
         self.add_button.clicked.connect(self.add_pasted)
-        self.load_button.clicked.connect(self._choose_load)
-        self.save_button.clicked.connect(self._choose_save)
-        self.new_row_button.clicked.connect(lambda: self._append([""], edit=True))
-        self.remove_button.clicked.connect(self.remove_selected)
-        self.prompts.itemChanged.connect(lambda _item: self._store())
+        self.load_button.clicked.connect(lambda: choose_load(self))
+        self.save_button.clicked.connect(lambda: choose_save(self))
+        self.new_row_button.clicked.connect(lambda: self.prompts.append([""], edit=True))
+        self.remove_button.clicked.connect(self.prompts.remove_selected)
+        self.prompts.edited.connect(self._store)
         self.against.currentTextChanged.connect(lambda _t: self._describe_against())
         self.run_button.clicked.connect(self.run)
         self.stop_button.clicked.connect(self.stop)
-        self.export_button.clicked.connect(self._choose_export)
+        self.export_button.clicked.connect(lambda: choose_export(self))
         self.pg.session_changed.connect(self._score)
-        self.pg.plan_ended.connect(self._ended)
+        self.pg.plan_ended.connect(lambda plan: None if plan is not self.plan else self._set_running(False))
         self.pg.session_replaced.connect(self._restore)
 
     # the set ----------------------------------------------------------------------------------------------
     def prompt_list(self) -> list[str]:
         """The set's prompts in table order (an empty row is no prompt)."""
-        items = (self.prompts.item(r, 0) for r in range(self.prompts.rowCount()))
-        return [it.text() for it in items if it is not None and it.text().strip()]
+        return self.prompts.prompts()
 
     def set_prompts(self, prompts: list[str] | tuple[str, ...]) -> None:
-        self._rows(prompts, clear=True)
+        self.prompts.fill(prompts, clear=True)
         self._store()
 
     def add_pasted(self) -> bool:
@@ -167,7 +160,7 @@ class PromptSetView(QWidget):
             prompts = parse_pasted(self.paste.toPlainText())
         except SettingsError as e:
             return self._refuse(str(e))
-        self._append(prompts)
+        self.prompts.append(prompts)
         self.paste.clear()
         return True
 
@@ -177,7 +170,7 @@ class PromptSetView(QWidget):
             prompts = read_prompt_set(path)
         except SettingsError as e:
             return self._refuse(str(e))
-        self._append(prompts)
+        self.prompts.append(prompts)
         self.status.setText(f"added {len(prompts)} prompts from {path}")
         return True
 
@@ -189,31 +182,8 @@ class PromptSetView(QWidget):
             return self._refuse(f"cannot write {path}: {e.strerror or e}")
         return True
 
-    def remove_selected(self) -> None:
-        for row in sorted({i.row() for i in self.prompts.selectedIndexes()}, reverse=True):
-            self.prompts.removeRow(row)
-        self._store()
-
-    def _append(self, prompts: list[str] | tuple[str, ...], edit: bool = False) -> None:
-        self._rows(prompts)
-        self._store()
-        if edit and prompts:
-            self.prompts.editItem(self.prompts.item(self.prompts.rowCount() - 1, 0))
-
-    def _rows(self, prompts: list[str] | tuple[str, ...], clear: bool = False) -> None:
-        """Put `prompts` after the table's rows (`clear`: in their place); not an edit until `_store`."""
-        self._filling = True
-        if clear:
-            self.prompts.setRowCount(0)
-        for p in prompts:
-            self.prompts.insertRow(self.prompts.rowCount())
-            self.prompts.setItem(self.prompts.rowCount() - 1, 0, QTableWidgetItem(p))
-        self._filling = False
-
     def _store(self) -> None:
         """Keep the set and its results in the session (what its file saves); a change marks it modified."""
-        if self._filling:
-            return
         prompts, results = tuple(self.prompt_list()), tuple(self._results)
         kept = PromptSet(prompts, results) if prompts or results else None
         if kept != self.pg.session.prompt_set:
@@ -225,7 +195,7 @@ class PromptSetView(QWidget):
         kept = self.pg.session.prompt_set or PromptSet()
         self.jobs, self._results = [], list(kept.results)
         self._set_running(False)
-        self._rows(kept.prompts, clear=True)
+        self.prompts.fill(kept.prompts, clear=True)
         self.table.show_results(self._results)
         self.export_button.setEnabled(bool(self._results))
         self.status.setText(f"{len(self._results)} results of the set's last run, as the session saved them"
@@ -263,11 +233,11 @@ class PromptSetView(QWidget):
 
     def targets(self, base: SamplerSettings) -> list[Target]:
         """The settings the set runs under, as "run against" says, over the panel's `base` (SettingsError: none)."""
-        source = self.against.currentText()
+        source, views = self.against.currentText(), {name: getattr(t, "view", None) for name, t in self._tools.items()}
         if source == COLUMNS:
-            return column_targets(self._view("side"), base, self.pg.editing.model)
+            return column_targets(views.get("side"), base, self.pg.editing.model)
         if source == SWEEP_CELL:
-            return sweep_cell_targets(self._view("sweep"))
+            return sweep_cell_targets(views.get("sweep"))
         return window_targets(base.with_(seed=self.pg.editing.next_run_seed()))
 
     def stop(self) -> None:
@@ -288,10 +258,6 @@ class PromptSetView(QWidget):
         self.status.setText(f"exported {len(self._results)} results to {path}")
         return True
 
-    def _view(self, name: str) -> Any:
-        action = self._tools.get(name)
-        return None if action is None else action.view
-
     def _describe_against(self) -> None:
         """Say what the chosen settings are now (or why there are none yet)."""
         if self._running:
@@ -304,10 +270,6 @@ class PromptSetView(QWidget):
             self.status.setText("runs against " + " · ".join(t.label for t in self.targets(self.pg.editing.settings)))
         except SettingsError as e:
             self.status.setText(str(e))
-
-    def _ended(self, plan: PromptSetPlan) -> None:
-        if plan is self.plan:
-            self._set_running(False)
 
     def _score(self) -> None:
         """Runs finished: take `compare`'s statistics of each job whose samples have all ended, in the set's order
@@ -341,21 +303,3 @@ class PromptSetView(QWidget):
         prompts, targets = len({j.index for j in self.jobs}), list(dict.fromkeys(j.target.label for j in self.jobs))
         self.status.setText(f"{done} of {len(self.jobs)} runs {word} · {prompts} prompts × {len(targets)} settings · "
                             f"{self._n} samples each · against {' · '.join(targets)}")
-
-    # dialogs ----------------------------------------------------------------------------------------------
-    def _choose_load(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Load prompts", "", "Prompt sets (*.csv *.jsonl *.json);;All (*)")
-        if path:
-            self.load(path)
-
-    def _choose_save(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Save the prompts as a file", "prompts.jsonl",
-                                              "JSON Lines (*.jsonl)")
-        if path:
-            self.save_set(path)
-
-    def _choose_export(self) -> None:
-        path, chosen = QFileDialog.getSaveFileName(self, "Export the results", "results.csv",
-                                                   ";;".join(EXPORT_FILTERS))
-        if path:
-            self.export(path, EXPORT_FILTERS.get(chosen) if "." not in path.rsplit("/", 1)[-1] else None)

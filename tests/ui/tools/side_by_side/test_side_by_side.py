@@ -15,6 +15,7 @@ from app.core.models.drafts import BUILTIN_DRAFT_PATH
 from app.core.models.sources import BUILTIN_NAME, ModelSpec
 from app.core.session import session_file
 from app.core.settings import parse_order
+from app.ui.files.sessions import snapshot
 from app.ui.main_window import MainWindow
 from app.ui.tools.side_by_side.view import SideBySideView
 from tests.ui.conftest import WINDOW_BACKEND
@@ -115,7 +116,7 @@ def test_two_temperatures_stream_together_and_their_divergence_is_marked(qtbot, 
     assert view.table.verticalHeaderItem(k).text() == f"◆ {k}"
     assert view.table.item(k, 0).background().color().alpha() == 70
     assert f"first divergence at step {k}" in view.status.text()
-    assert a.trace.token_ids[:k] == b.trace.token_ids[:k] and view.shown_step() == k  # the chart starts there
+    assert a.trace.token_ids[:k] == b.trace.token_ids[:k] and view.compared.shown_step() == k  # the chart starts there
     assert [view.table.horizontalHeaderItem(c).text() for c in range(2)] == ["A", "B"]  # one model: no names
 
 
@@ -169,7 +170,7 @@ def test_a_cell_opens_its_run_in_the_window_at_that_step(qtbot, window):
     ran(qtbot, window, view)
     b = view.runs()[1]
     view.open_cell(3, 1)
-    assert window.playground.shown is b and window.playground.selected == 3
+    assert window.playground.shown is b and window.playground.display.selected == 3
 
 
 def test_steps_are_counted_from_0_as_the_window_counts_them(qtbot, window):
@@ -183,7 +184,7 @@ def test_steps_are_counted_from_0_as_the_window_counts_them(qtbot, window):
     assert view.table.item(1, 1).toolTip().startswith("step 1:") and view.charts.chart_of(1).drawn.step == 1
     assert view.charts.chart_of(1).getAxis("bottom").labelText.startswith("step 1:")
     view.open_cell(1, 1)
-    assert window.playground.selected == 1 and window.step_panel.title.text().startswith("<b>Step 1</b>")
+    assert window.playground.display.selected == 1 and window.step_panel.title.text().startswith("<b>Step 1</b>")
 
 
 def test_a_column_s_stage_order_runs_and_a_second_start_is_refused(qtbot, window):
@@ -204,14 +205,14 @@ def test_saving_and_reopening_brings_the_columns_back(qtbot, window, tmp_path: P
     view.forms[1].boxes["top_k"].setValue(0)
     ran(qtbot, window, view)
     a, b = view.runs()
-    divergence, labels = view.divergence, [c.label for c in view.columns]
+    divergence, labels = view.divergence, [c.label for c in view.compared.columns]
     assert window.sessions.save_as(tmp_path / "s.jsonl")
     view.close()
-    assert window.sessions.new() and view.columns == [] and view.table.rowCount() == 0  # another session
+    assert window.sessions.new() and view.compared.columns == [] and view.table.rowCount() == 0  # another session
     assert window.sessions.open(tmp_path / "s.jsonl")
     assert view.isVisible()  # the view comes back with the session
     back = view.runs()
-    assert [r.id for r in back] == [a.id, b.id] and [c.label for c in view.columns] == labels
+    assert [r.id for r in back] == [a.id, b.id] and [c.label for c in view.compared.columns] == labels
     assert [r.trace.token_ids for r in back] == [a.trace.token_ids, b.trace.token_ids]
     assert view.table.filled == [len(a.steps), len(b.steps)] and view.divergence == divergence
     assert view.forms[1].boxes["temperature"].value() == 1.6 and view.count.value() == 2
@@ -229,8 +230,8 @@ def test_an_autosave_brings_the_columns_back_too(qtbot, window):
     view = opened(window, max_tokens=4)
     ran(qtbot, window, view)
     ids = [r.id for r in view.runs()]
-    doc = session_file.from_lines(list(session_file.encode(window.sessions.snapshot())))
-    assert window.sessions.new() and view.columns == []
+    doc = session_file.from_lines(list(session_file.encode(snapshot(window.playground))))
+    assert window.sessions.new() and view.compared.columns == []
     assert window.sessions.recover(doc)
     assert [r.id for r in view.runs()] == ids and view.table.filled == [len(r.steps) for r in view.runs()]
 

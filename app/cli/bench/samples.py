@@ -1,6 +1,6 @@
 """`logitlab bench`'s line "16 samples x 128 tokens vs 1 sample": the time of N samples of one prompt in one
 batch (one prefill, batched decode, every step recorded) against the time of one sample, interleaved run by run,
-medians after a warm-up. Also runnable alone: `python -m app.cli.bench_samples [torch|mlx] [N] [TOKENS] [REPEAT]`
+medians after a warm-up. Also runnable alone: `python -m app.cli.bench.samples [torch|mlx] [N] [TOKENS] [REPEAT]`
 on the built-in model.
 """
 

@@ -1,5 +1,4 @@
-"""The command line's remote half: `logitlab models --base-url URL` lists a server's models, and
-`logitlab bench --backend remote --base-url URL` measures its throughput as Logit Lab drives it (streamed tokens
+"""`logitlab bench --backend remote --base-url URL`: a server's throughput as Logit Lab drives it (streamed tokens
 with top log-probabilities) at 1, 4 and 16 concurrent requests. A failure is one line on stderr, exit 1.
 """
 
@@ -17,29 +16,12 @@ from pathlib import Path
 from app.cli.arguments import emit, to_json
 from app.core.events import Finished, Request
 from app.core.models.sources import ModelSpec
-from app.core.remote.remote_run import load_remote, run_remote, served_models
+from app.core.remote.remote_run import load_remote, run_remote
 from app.core.settings import SamplerSettings
 from backends.base import ModelLoadError
 from backends.remote.backend import RemoteError, RemoteModel, where
 
 CONCURRENCY = (1, 4, 16)
-
-
-def models_main(args: argparse.Namespace) -> int:
-    """`logitlab models --base-url URL` (its arguments parsed by `app.cli.main.models_parser`)."""
-    try:
-        served = served_models(args.base_url or "", args.api_key_env, deadline=args.deadline)
-    except ModelLoadError as e:
-        print(f"logitlab models: error: {e}", file=sys.stderr)
-        return 1
-    if args.json:
-        emit(to_json(served, indent=1))
-    elif not served:
-        emit(f"{where(args.base_url)} serves no models.")
-    for m in served if not args.json else ():
-        ctx = m.get("max_model_len") or m.get("context_length")
-        emit(m["id"] + (f"  (context {ctx:,})" if isinstance(ctx, int) else ""))
-    return 0
 
 
 def bench_main(args: argparse.Namespace) -> int:

@@ -37,10 +37,10 @@ from app.cli.arguments import (
     thread_count,
     to_json,
 )
-from app.cli.bench_samples import line as samples_line
-from app.cli.bench_samples import samples_vs_one
-from app.cli.bench_table import OURS, graph_report, print_table
-from app.cli.remote import bench_main as bench_remote
+from app.cli.bench.remote import bench_main as bench_remote
+from app.cli.bench.samples import line as samples_line
+from app.cli.bench.samples import samples_vs_one
+from app.cli.bench.table import OURS, graph_report, print_table
 from app.core.decoding.generation import Prefix, generate
 from app.core.events import Compiling, Finished, Request
 from app.core.metrics import Metrics
