@@ -1,7 +1,7 @@
 """`logitlab`: the command that `argv` names (`COMMANDS`), each run by its own module (`generate`, `sweep`,
-`bench`, `models`, `diff`, `probe`), imported only when it runs so that `--help` and a bad flag answer at once; with
-none, the window (`window`). Standard output that cannot be written is one line in any of them. The command modules
-never import this one.
+`bench`, `models`, `diff`, `probe`, `serve`), imported only when it runs so that `--help` and a bad flag answer
+at once; with none, the window (`window`). Standard output that cannot be written is one line in any of them. The
+command modules never import this one.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from collections.abc import Sequence
 
 from app.cli.arguments import OutputError, emit, output_failed
 
-COMMANDS = (["generate"], ["sweep"], ["bench"], ["models"], ["diff"], ["probe"])  # each as argv begins with it
+# each as argv begins with it
+COMMANDS = (["generate"], ["sweep"], ["bench"], ["models"], ["diff"], ["probe"], ["serve"])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -53,6 +54,10 @@ def run_command(argv: list[str]) -> int:
         from app.cli.probe import main as probe
 
         return probe(rest)
+    if verb == "serve":
+        from app.cli.serve import main as serve
+
+        return serve(rest)
     from app.cli.window import main as window
 
     return window(argv)

@@ -21,7 +21,8 @@ USAGE = """logitlab [options]             open the window
        logitlab bench [options]       time generation against a baseline
        logitlab models [options]      list the models you have (built-in, HF cache, the window's model folders)
        logitlab diff [options]        compare two variants of a model token by token (KL, top-1 agreement)
-       logitlab probe --base-url URL  what an OpenAI-compatible server really applies (a report card)"""
+       logitlab probe --base-url URL  what an OpenAI-compatible server really applies (a report card)
+       logitlab serve [options]       serve a model over an OpenAI-compatible API; every request a run"""
 PICTURE_TYPES = (".png", ".jpg", ".jpeg")  # what --screenshot writes (Qt's image writers, always built in)
 DEFAULT_SIZE = (1400, 860)  # the window's first size, and a screenshot's unless --size says otherwise
 SIZE_RANGE = ((900, 500), (7680, 4320))  # (smallest, largest) width and height: above the window's own minimum
