@@ -84,7 +84,8 @@ async def _body(request: HttpRequest) -> bytes:
 
 
 async def _events(host: Host, call: Call, request: HttpRequest, kind: str = "plain") -> AsyncIterator[Event]:
-    job, relay = host.start(kind, call.request, call.name)
+    client = f"{request.client.host}:{request.client.port}" if request.client else ""
+    job, relay = host.start(kind, call.request, call.name, client)
     async for event in events(job, relay, request.is_disconnected):
         yield event
 

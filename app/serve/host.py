@@ -2,6 +2,8 @@
 (plain, score) whose events an asyncio handler reads (`events`) without a thread of its own: the job's queue wakes
 the loop as the model thread puts each event, and keeps each finished run (`Keeper`) whether or not anyone still
 reads. A reader that stops (its client gone) cancels the job: the run ends within one step, kept as cancelled.
+The window's host runs on the window's thread (given, not closed here) and tells an `observer` queue of each run's
+job: a `Served` notice, then its events (served.py); the command's host owns its thread and tells no one.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from app.core.models.sources import ModelSpec
 from app.core.runs.jobs import Job, stream, waiting
 from app.core.runs.model_thread import ModelThread
 from app.core.session.session_file import EncodedTraces, SavedRun, SavedSession, save
+from app.serve.served import Served
 from backends.base import ModelLoadError
 
 if TYPE_CHECKING:
@@ -59,17 +62,21 @@ class Keeper:
 
 
 class Relay(queue.Queue):
-    """A job's event queue that wakes an asyncio loop on each event and keeps the job's finished runs."""
+    """A job's event queue that wakes an asyncio loop on each event, keeps the job's finished runs and hands each
+    event to the observer too (None: no one)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, keeper: Keeper, request: Request, name: str) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, keeper: Keeper, request: Request, name: str,
+                 observer: queue.Queue | None = None) -> None:
         super().__init__()
-        self.loop, self.keeper, self.request, self.name = loop, keeper, request, name
+        self.loop, self.keeper, self.request, self.name, self.observer = loop, keeper, request, name, observer
         self.ready = asyncio.Event()
 
     def put(self, item: Event, block: bool = True, timeout: float | None = None) -> None:
         super().put(item, block, timeout)
         if isinstance(item, Finished):
             self.keeper.add(self.request, item, self.name)
+        if self.observer is not None:
+            self.observer.put(item)
         self.wake()
 
     def wake(self) -> None:
@@ -93,12 +100,17 @@ class Ended(threading.Event):
 
 
 class Host:
-    """One model served: its spec, what loading it said (info, tokenizer), its thread and its keeper."""
+    """One model served: its spec, what loading it said (info, tokenizer), its thread and its keeper. `thread`: a
+    model thread to run on (the window's: its own jobs queue beside the server's; not closed by `close`), None: one
+    of its own. `observer`: a queue told of every run's job (a `Served`, then its events), None: no one."""
 
-    def __init__(self, spec: ModelSpec, keeper: Keeper | None = None, memory: int | None = None) -> None:
+    def __init__(self, spec: ModelSpec, keeper: Keeper | None = None, memory: int | None = None,
+                 thread: ModelThread | None = None, observer: queue.Queue | None = None) -> None:
         self.spec = spec
         self.keeper = keeper if keeper is not None else Keeper(None, spec)
-        self.thread = ModelThread(memory)
+        self._owns_thread = thread is None
+        self.thread = thread if thread is not None else ModelThread(memory)
+        self.observer = observer
         self.info: ModelInfo | None = None
         self.tokenizer: Tokenizer | None = None
 
@@ -117,12 +129,22 @@ class Host:
         if self.info is None or self.tokenizer is None:
             raise ModelLoadError(f"{self.spec.source} did not load")
 
-    def start(self, kind: str, request: Request, name: str) -> tuple[Job, Relay]:
-        relay = Relay(asyncio.get_running_loop(), self.keeper, request, name)
+    def use(self, spec: ModelSpec, info: ModelInfo, tokenizer: Tokenizer) -> None:
+        """Serve `spec`, which the thread has loaded already (the window's model): no load job, nothing waited for."""
+        self.spec, self.info, self.tokenizer = spec, info, tokenizer
+
+    def start(self, kind: str, request: Request, name: str, client: str = "") -> tuple[Job, Relay]:
+        """Queue a job of `kind` for `request`; a job that makes runs (not a score) is told to the observer first."""
+        observer = self.observer if kind != "score" else None
+        relay = Relay(asyncio.get_running_loop(), self.keeper, request, name, observer)
+        if observer is not None:
+            observer.put(Served(request, name, client, time.time()))  # before the thread can put any event
         return self.thread.start(Job(kind, (request,), relay, ended=Ended(relay))), relay
 
     def close(self) -> None:
-        self.thread.close()
+        """Close the host's own thread (a thread it was given stays its owner's)."""
+        if self._owns_thread:
+            self.thread.close()
 
 
 async def events(job: Job, relay: Relay, gone: Callable[[], Awaitable[bool]]) -> AsyncIterator[Event]:

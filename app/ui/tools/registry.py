@@ -1,5 +1,5 @@
 """The Run menu's tools: the windows and docks of the views beside the playground (samples, sweep, side by side,
-prompt sets, beam search, speculative decoding, quantization diff), each made when first opened, so that
+prompt sets, beam search, speculative decoding, quantization diff, the server), each made when first opened, so that
 pyqtgraph and their core modules are not imported before the window's first paint.
 
 A `Tool` names its view's class by module and name; `ToolAction` is its menu entry and holds the view once
@@ -51,6 +51,8 @@ TOOLS = (
     Tool("quant", "Compare &quantization…", "Teacher-force the shown run (or the prompt) through the model and a "
          "variant of it (another precision, 4- or 8-bit, a GGUF file): KL and top-1 agreement per token",
          "app.ui.tools.quant_view:QuantView", "Ctrl+Shift+K", size=(1000, 620)),
+    Tool("server", "Ser&ver…", "Serve the window's model over an OpenAI-compatible API on 127.0.0.1: every request "
+         "becomes a run of this session", "app.ui.tools.server_view:ServerView"),
 )
 
 

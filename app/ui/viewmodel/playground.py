@@ -7,6 +7,7 @@ figures; `Branches` (branching.py) the tree's verbs. What the user edits is its 
 
 from __future__ import annotations
 
+import queue
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -55,6 +56,8 @@ class Playground(QObject):
     session_changed = Signal()  # a run was added, finished, renamed or deleted: the branch tree redraws
     cleared = Signal()  # nothing is shown (an empty session, or the last run deleted): the views' empty state
     refused = Signal(str)  # a verb could not start (settings not valid, a branch of a run still going): why
+    request_served = Signal(object)  # app.serve.served.Served: the window's server took a request, its runs registered
+    closing = Signal()  # `close` began: what runs on the model thread (the window's server) stops before it closes
 
     def __init__(self, parent: QObject | None = None, worker: ModelThread | None = None,
                  editing: EditingState | None = None) -> None:
@@ -69,6 +72,8 @@ class Playground(QObject):
         self.jobs = Jobs(self)
         self.live = LiveStats()
         self.display = Display(self)
+        self.served_events: queue.Queue = queue.Queue()  # the window's server tells its requests here (a `Served`,
+        # then their events; app/serve/served.py), from its threads; the router drains it on its tick
         self.router = EventRouter(self, lambda: self._worker, self)
 
     @property
@@ -195,5 +200,7 @@ class Playground(QObject):
             self._worker.cancel()
 
     def close(self) -> None:
+        """Stop what serves on the model thread (`closing`), the router, then the model thread (10 s at most)."""
+        self.closing.emit()
         self.router.close()
         self.worker.close(timeout=10)

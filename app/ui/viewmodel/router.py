@@ -3,7 +3,10 @@ event goes to the handler of its type (`handlers`), and the shown run's steps of
 
 Events are routed by run id into the `Session` (every run keeps its steps, also when another run is shown); the
 views follow the run shown (`Display`). A load, a compile or a failure of a model beside the window's (a column's) is
-that model's business: the model bar and the tokenizer stay the window's. Nothing here starts a job or draws.
+that model's business: the model bar and the tokenizer stay the window's. The window's server (app.serve) tells its
+requests on `Playground.served_events`, drained on the same tick: each `Served` registers its runs in the session,
+and their events stream in as the window's own (a failure is the run's, never the window's). Nothing here starts a
+job or draws.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from app.core.events import (
     Speculated,
     Step,
 )
+from app.serve.served import Served
 from app.ui.viewmodel.submitted import fail_runs
 
 if TYPE_CHECKING:
@@ -56,6 +60,13 @@ class EventRouter:
             Drafted: pg.drafted.emit,
             Speculated: pg.drafted.emit,
         }
+        self.served_handlers: dict[type, Handler] = {  # the window's server's requests: runs, never the window's
+            Served: self._served,
+            Step: self._step,
+            Prefilled: self._prefilled,
+            Finished: self._finished,
+            Failed: self._served_failed,
+        }
         self._timer = QTimer(parent, interval=FRAME_MS, timerType=Qt.TimerType.PreciseTimer)
         self._timer.timeout.connect(self.drain)
         self._timer.start()
@@ -64,21 +75,26 @@ class EventRouter:
         """Take every waiting event, then emit at most one signal of each kind; the shown step follows if due."""
         worker = self._worker()
         if worker is not None:  # (no model thread yet: no events)
-            for _ in range(MAX_EVENTS_PER_FRAME):
-                try:
-                    ev = worker.events.get_nowait()
-                except queue.Empty:
-                    break
-                if not isinstance(ev, Step):
-                    self._flush()  # the steps before it reach the views first
-                handler = self.handlers.get(type(ev))
-                if handler is not None:
-                    handler(ev)
-            self._flush()
-            if self._recorded:
-                self._recorded = False
-                self._pg.steps_recorded.emit()
+            self._take(worker.events, self.handlers)
+        self._take(self._pg.served_events, self.served_handlers)
+        if self._recorded:
+            self._recorded = False
+            self._pg.steps_recorded.emit()
         self._pg.display.follow()
+
+    def _take(self, events: queue.Queue, handlers: dict[type, Handler]) -> None:
+        """Route the events waiting in `events` (a frame's worth at most) by `handlers`; the shown steps go out."""
+        for _ in range(MAX_EVENTS_PER_FRAME):
+            try:
+                ev = events.get_nowait()
+            except queue.Empty:
+                break
+            if not isinstance(ev, Step):
+                self._flush()  # the steps before it reach the views first
+            handler = handlers.get(type(ev))
+            if handler is not None:
+                handler(ev)
+        self._flush()
 
     def close(self) -> None:
         self._timer.stop()
@@ -122,6 +138,18 @@ class EventRouter:
         pg.jobs.ended(ev.request_id)
         if run is not None and run is pg.shown:
             pg.display.end(ev)
+
+    def _served(self, served: Served) -> None:
+        """A request the window's server took: its runs join the session, named by its route, before its events."""
+        for run in self._pg.session.start(served.request):
+            run.name = served.name
+        self._pg.request_served.emit(served)
+        self._pg.session_changed.emit()
+
+    def _served_failed(self, ev: Failed) -> None:
+        """A served request failed: its runs say why (its client has the error); the window goes on."""
+        if fail_runs(self._pg.session, ev):
+            self._pg.session_changed.emit()
 
     def _failed(self, ev: Failed) -> None:
         pg, jobs = self._pg, self._pg.jobs
