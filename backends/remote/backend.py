@@ -237,6 +237,18 @@ class RemoteModel:
         yield from tokens
         yield end
 
+    def answer(self, endpoint: str, body: dict, top_n: int = 0) -> dict:
+        """One whole answer as the server sent it (every choice), through this model's limits and error lines, with
+        the log-probability fields this server was found to take (`top_n` > 0). A 400 is a RemoteError with status
+        400 (what `logitlab probe` judges a refused field by)."""
+        body = {"model": self.model, **body, **(self._logprob_params(endpoint, top_n) if top_n else {})}
+        try:
+            return self._answer(endpoint, body)[0]
+        except _Refused as e:
+            err = RemoteError(f"the server refused the request (HTTP 400): {e.message}")
+            err.status = 400
+            raise err from None
+
     def _answer(self, endpoint: str, body: dict) -> tuple[dict, str, dict]:
         """One whole (not streamed) answer: the message, its text and its choice."""
         body = {**body, "stream": False}

@@ -18,7 +18,7 @@ from app.core.remote import probe_checks as checks
 from app.core.remote import probe_stats as stats
 from app.core.remote.probe_session import PROMPTS, Finding, Session, Spent
 from app.core.remote.probe_stats import ALPHA, BUDGET, DEADLINE_S, MIN_BUDGET
-from app.core.remote.remote_run import _learn_vocabulary, dialect, load_remote
+from app.core.remote.remote_run import dialect, learn_vocabulary, load_remote
 from backends.remote.backend import RemoteError, RemoteModel, where
 
 FIXED = 16  # requests the checks without draws may take (the draws share the rest)
@@ -130,7 +130,7 @@ def connect(base_url: str, model: str = "", api_key_env: str | None = None, dead
     spec = ModelSpec(source=model, backend="remote", base_url=base_url, api_key_env=api_key_env, deadline=deadline)
     served = load_remote(spec, timeout=min(deadline, 30.0))
     if tokenizer:
-        _learn_vocabulary(served, str(BUILTIN_PATH) if is_builtin(tokenizer) else tokenizer)
+        learn_vocabulary(served, str(BUILTIN_PATH) if is_builtin(tokenizer) else tokenizer)
     return served
 
 

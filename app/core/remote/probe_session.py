@@ -158,7 +158,7 @@ class Session:
     def whole(self, settings: SamplerSettings, extra: dict[str, Any], top_n: int = 0) -> dict[str, Any]:
         """One whole answer with every choice, as the server sent it (`extra`: fields the settings do not hold)."""
         self._spend()
-        msg = whole_answer(self.model, {**self.params(settings), **extra}, self.prompt, top_n)
+        msg = self.model.answer(COMPLETIONS, {**self.params(settings), **extra, "prompt": self.prompt}, top_n)
         if isinstance(msg.get("system_fingerprint"), str):
             self.fingerprint = msg["system_fingerprint"][:120]
         return msg
@@ -193,23 +193,3 @@ def unreadable(e: RemoteError) -> bool:
 
 def _plain(text: str) -> bool:
     return bool(text.strip()) and "\ufffd" not in text
-
-
-def whole_answer(model: RemoteModel, params: dict[str, Any], prompt: str, top_n: int = 0) -> dict[str, Any]:
-    """A whole /completions answer (every choice), through the model's own transport: its time and size limits, its
-    error lines, the log-probability fields this server was found to take (`top_n` > 0). A 400 is a RemoteError
-    with status 400. (The backend's whole-answer request is private to it: this is its one caller outside.)"""
-    body = {"model": model.model, **params, "prompt": prompt}
-    if top_n:
-        body.update(model._logprob_params(COMPLETIONS, top_n))
-    try:
-        return model._answer(COMPLETIONS, body)[0]
-    except RemoteError:
-        raise
-    except Exception as e:  # the transport's refusal (a 400 that may name a parameter) is not a RemoteError
-        message = getattr(e, "message", None)
-        if not isinstance(message, str):
-            raise
-        err = RemoteError(f"the server refused the request (HTTP 400): {message}")
-        err.status = 400
-        raise err from None

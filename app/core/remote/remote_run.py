@@ -45,7 +45,7 @@ def load_remote(spec: ModelSpec, timeout: float | None = None) -> RemoteModel:
         served = model.models()
     except RemoteError as e:
         if model.model and e.model_list_failed:  # a broken model list (mlx_lm.server without a Hugging
-            _learn_vocabulary(model, spec.source)        # Face cache folder): the typed name may still complete
+            learn_vocabulary(model, spec.source)        # Face cache folder): the typed name may still complete
             return model
         model.close()
         raise
@@ -55,7 +55,7 @@ def load_remote(spec: ModelSpec, timeout: float | None = None) -> RemoteModel:
         model.close()
         raise RemoteError(f"{where(model.base_url)} serves {len(names)} models: choose one of {', '.join(names)}")
     model.model = model.model or names[0]
-    _learn_vocabulary(model, spec.source)
+    learn_vocabulary(model, spec.source)
     if names and model.model not in names:
         model.close()
         raise RemoteError(f"{where(model.base_url)} has no model {model.model!r}; it serves: {', '.join(names[:8])}")
@@ -64,7 +64,7 @@ def load_remote(spec: ModelSpec, timeout: float | None = None) -> RemoteModel:
     return model
 
 
-def _learn_vocabulary(model: RemoteModel, source: str) -> None:
+def learn_vocabulary(model: RemoteModel, source: str) -> None:
     """The model's own token ids, where its tokenizer is here: the served name (or the name typed) is a local
     folder or a repository in the Hugging Face cache (never downloaded). Without it, ids the server does not
     send stay unknown."""
