@@ -16,7 +16,8 @@ import threading
 import time
 from typing import Any
 
-from app.cli.compare import BATCH_ROWS, cell_batches
+from app.cli.compare import BATCH_ROWS
+from app.core.compare.job_plan import cell_batches
 from app.core.compare.statistics import make_grid, parse_axis
 from app.core.decoding.generation import Prefix, generate
 from app.core.decoding.together import generate_together

@@ -17,6 +17,7 @@ from typing import Any
 
 from app.cli.arguments import emit, status_line, to_json
 from app.cli.terminal import trace_paths
+from app.core.compare.job_plan import as_request, cell_batches
 from app.core.compare.statistics import Cell, Comparison, compare, sweep_header, sweep_row
 from app.core.events import Failed, Finished, Request
 from app.core.record.trace import RunTrace
@@ -110,7 +111,7 @@ def _sweep(worker: ModelThread, plan: SweepPlan) -> int:
         print(f"{seeds_text(plan.cells[0].settings.seed, plan.prompts[0].n)}, in every cell", file=sys.stderr)
     for p, template in enumerate(plan.prompts):
         for batch in cell_batches(plan.cells, template.n, plan.batch_rows):
-            requests = [cell_request(template, cell) for cell in batch]
+            requests = [as_request(template, cell.settings, template.n) for cell in batch]
             for cell, traces in zip(batch, collect_each(worker, requests), strict=True):
                 result = compare(traces, plan.pattern)
                 done += 1
@@ -120,18 +121,6 @@ def _sweep(worker: ModelThread, plan: SweepPlan) -> int:
                 else:
                     emit(to_json(cell_line(p, cell, result)))
     return 0
-
-
-def cell_batches(cells: Sequence[Cell], n: int, rows: int) -> list[Sequence[Cell]]:
-    """The cells in consecutive batches of at most `rows` samples (`n` per cell; at least one cell a batch)."""
-    per = max(1, rows // n)
-    return [cells[i: i + per] for i in range(0, len(cells), per)]
-
-
-def cell_request(template: Request, cell: Cell) -> Request:
-    """The template's prompt and sample count under the cell's settings (a new request: its own ids)."""
-    return Request(model=template.model, prompt=template.prompt, messages=template.messages,
-                   settings=cell.settings, top_n=template.top_n, n=template.n)
 
 
 def cell_line(prompt: int, cell: Cell, result: Comparison) -> dict[str, Any]:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from app.cli.compare import SweepPlan, cell_batches, sweep_to_terminal
+from app.cli.compare import SweepPlan, sweep_to_terminal
+from app.core.compare.job_plan import cell_batches
 from app.core.compare.statistics import make_grid, parse_axis
 from app.core.events import Request
 from app.core.models.sources import ModelSpec

@@ -7,13 +7,17 @@ thread; the views read its items to draw. No Qt.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from app.core.compare.prompt_sets import PromptResult
 from app.core.compare.statistics import Cell, Comparison
 from app.core.events import Message, Request
 from app.core.models.sources import ModelSpec
 from app.core.settings import SamplerSettings
+
+T = TypeVar("T")
 
 
 @dataclass(eq=False)
@@ -47,6 +51,13 @@ def as_request(base: Request, settings: SamplerSettings, n: int, prompt: str | N
                    settings=settings, top_n=base.top_n, n=n)
 
 
+def cell_batches(cells: Sequence[T], n: int, rows: int) -> list[Sequence[T]]:
+    """The cells in consecutive batches of at most `rows` samples (`n` per cell; at least one cell a batch): how a
+    sweep's cells decode together, in the window and on the command line."""
+    per = max(1, rows // n)
+    return [cells[i: i + per] for i in range(0, len(cells), per)]
+
+
 @dataclass
 class CellRun:
     """A cell of a sweep: its settings, its request once started, its statistics once done."""
@@ -67,7 +78,7 @@ class SweepPlan(JobPlan):
     batch_rows: int = 64
 
     def _next(self) -> tuple[Request, ...]:
-        batch = [cr for cr in self.cells if cr.request is None][: max(1, self.batch_rows // self.n)]
+        batch = next((b for b in cell_batches(self.cells, self.n, self.batch_rows) if b[0].request is None), [])
         for cr in batch:
             cr.request = as_request(self.base, cr.cell.settings, self.n)
         return tuple(cr.request for cr in batch if cr.request is not None)
