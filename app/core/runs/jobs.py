@@ -18,6 +18,7 @@ from app.core.events import Event
 from app.core.models.sources import ModelSpec
 
 POLL_S = 0.1  # `stream` wakes this often while it waits (Ctrl+C gets through)
+_WOKEN = object()  # put in a job's own queue as it ends, so that a reader waiting on it sees the end at once
 
 
 class JobRequest(Protocol):
@@ -37,7 +38,7 @@ class JobRequest(Protocol):
 class Job:
     kind: str  # its runner's row in `runners.RUNNERS`
     requests: tuple[JobRequest, ...]
-    out: queue.Queue = field(default_factory=queue.Queue)  # its events (the window's jobs: the thread's `events`)
+    out: queue.Queue | None = None  # its events (None: a queue of its own; the window's jobs: the thread's `events`)
     status: queue.Queue | None = None  # its loading events (Loading, Loaded, Compiling); None: `out`
     cancel: threading.Event = field(default_factory=threading.Event)
     ended: threading.Event = field(default_factory=threading.Event)  # set after its last event is in `out`
@@ -45,6 +46,16 @@ class Job:
     def __post_init__(self) -> None:
         if not self.requests:
             raise ValueError(f"a {self.kind} job needs a request")
+        self._own = self.out is None
+        if self._own:
+            self.out = queue.Queue()
+
+    def end(self) -> None:
+        """Its last event is in `out`: it has ended. A reader blocked on a queue of its own wakes now (a marker
+        `stream` and `waiting` skip), not at its next poll."""
+        self.ended.set()
+        if self._own:
+            self.out.put(_WOKEN)
 
     @property
     def request(self) -> JobRequest:
@@ -75,7 +86,8 @@ def stream(job: Job, poll: float = POLL_S) -> Iterator[Event]:
             event = job.out.get(timeout=poll)
         except queue.Empty:  # (a timeout, so that Ctrl+C gets through while it waits)
             continue
-        yield event
+        if event is not _WOKEN:
+            yield event
 
 
 def waiting(job: Job) -> Iterator[Event]:
@@ -85,4 +97,5 @@ def waiting(job: Job) -> Iterator[Event]:
             event = job.out.get_nowait()
         except queue.Empty:
             return
-        yield event
+        if event is not _WOKEN:
+            yield event

@@ -100,7 +100,7 @@ class ModelThread:
         finally:
             with self._lock:
                 self._live.remove(job)
-            job.ended.set()
+            job.end()
 
 
 def _put_all(job: Job, events: Iterator[Event]) -> None:
