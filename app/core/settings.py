@@ -24,6 +24,7 @@ from enum import Enum
 from typing import Any
 
 from app.core.files import read_field, typed
+from app.core.stage_inputs import Constraint, Steering, read_constraint, read_steering
 from app.core.stage_table import ENGINE_CHAINS, ORDER_CHAINS, STAGE, STAGES, record_name
 
 
@@ -175,6 +176,8 @@ class SamplerSettings:
     dry_breakers: tuple[str, ...] = DRY_BREAKERS  # strings: a token holding one ends a repeat
     mirostat_tau: float = 0.0
     mirostat_eta: float = 0.1
+    constraint: Constraint | None = None  # what the text must match (`stage_inputs`); None: free text
+    steering: Steering | None = None  # a steering vector added to the forward (`stage_inputs`); None: none
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "order", StageOrder(self.order))
@@ -250,12 +253,19 @@ class SamplerSettings:
         d["chain"] = list(self.chain)
         d["logit_bias"] = [list(pair) for pair in self.logit_bias]
         d["dry_breakers"] = list(self.dry_breakers)
+        d["constraint"] = self.constraint.to_dict() if self.constraint else None
+        d["steering"] = self.steering.to_dict() if self.steering else None
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SamplerSettings:
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
+        d = {k: v for k, v in d.items() if k in known}
+        if isinstance(d.get("constraint"), dict):
+            d["constraint"] = read_constraint(d["constraint"])
+        if isinstance(d.get("steering"), dict):
+            d["steering"] = read_steering(d["steering"])
+        return cls(**d)
 
 
 def _check_range(f: Field, value: Any) -> None:
@@ -327,7 +337,7 @@ def read_settings(value: dict[str, Any], key: str = "settings") -> SamplerSettin
     range by `SamplerSettings` (whose message names it); `key` names the object in messages."""
     for name in value.keys() & SETTING_FIELDS:
         check, kind = _SETTING_KINDS.get(name, (lambda v: isinstance(v, (int, float)), "a number"))
-        read_field(value, name, check, kind, null=name == "seed", where=f"{key}.")
+        read_field(value, name, check, kind, null=name in ("seed", "constraint", "steering"), where=f"{key}.")
     try:
         return SamplerSettings.from_dict(value)
     except ValueError as e:  # SettingsError names the setting and its range
@@ -342,4 +352,6 @@ _SETTING_KINDS = {"stop": (lambda v: isinstance(v, list) and all(isinstance(x, s
                   "logit_bias": (lambda v: isinstance(v, list) and all(isinstance(x, list) for x in v),
                                  "a list of [token id, value] pairs"),
                   "dry_breakers": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
-                                   "a list of text")}
+                                   "a list of text"),
+                  "constraint": (lambda v: isinstance(v, dict), "an object (kind, text, place)"),
+                  "steering": (lambda v: isinstance(v, dict), "an object (path, layers, strength)")}
