@@ -67,8 +67,9 @@ def main(argv: Sequence[str]) -> int:
     messages = None
     if args.chat:
         messages = ((Message("system", args.system),) if args.system else ()) + (Message("user", prompt),)
+    # text mode prints the tokens only: no per-step record where nothing reads it (--json and --trace do)
     request = Request(model=spec_from(args), prompt=prompt, messages=messages, settings=settings,
-                      top_n=args.top_n, n=args.n)
+                      top_n=args.top_n, n=args.n, record=bool(args.json or args.trace or args.stats or args.match))
     if args.beams:
         return run_beams(args, request.model, prompt, messages)
     if args.draft_model:
