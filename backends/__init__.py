@@ -1,7 +1,8 @@
 """Backends: the framework-specific half of Logit Lab. Each one is imported only when it is used.
 
 `auto` picks MLX on Apple Silicon and torch elsewhere (MLX's CPU build is ~4x slower than torch on Linux),
-falling back to whichever is installed; a .gguf file opens only on torch, so `auto` picks torch for one.
+falling back to whichever is installed; a .gguf file opens on llama.cpp where llama-cpp-python is installed (its
+own quantized weights), else on torch (dequantized), never on MLX.
 `resolve_name` is the one place "auto" is resolved: the model thread (window and CLI) and the model bar ask it.
 `BACKENDS` declares, per backend, whether it loads a local folder (`get_backend`) or `connects` to a server.
 """
@@ -33,9 +34,12 @@ class Entry:
 
 BACKENDS = {"mlx": Entry("backends.mlx.backend", "MlxBackend", ("mlx", "mlx_lm")),
             "torch": Entry("backends.torch.backend", "TorchBackend", ("torch", "transformers")),
+            "llamacpp": Entry("backends.llamacpp.backend", "LlamaCppBackend", ("llama_cpp",)),
             "remote": Entry("backends.remote.backend", "RemoteBackend", ("httpx",), connects=True)}
 # (remote: only an HTTP client)
 INSTALL_HINT = {"mlx": 'pip install "logitlab[mlx]"', "torch": 'pip install "logitlab[torch]"',
+                "llamacpp": 'pip install "logitlab[llamacpp]" (on a Mac, for Metal: CMAKE_ARGS="-DGGML_METAL=on" '
+                            "pip install llama-cpp-python)",
                 "remote": "pip install httpx"}
 
 
@@ -53,7 +57,7 @@ def apple_silicon() -> bool:
 
 
 def is_gguf_source(source: str | os.PathLike[str]) -> bool:
-    """A model source naming a GGUF file (llama.cpp, LM Studio): only the torch backend opens those."""
+    """A model source naming a GGUF file (llama.cpp, LM Studio): the llama.cpp and torch backends open those."""
     return str(source).strip().lower().endswith(".gguf")
 
 
@@ -62,15 +66,16 @@ def resolve_name(name: str, source: str | os.PathLike[str] = "", apple: bool | N
     None: ask the platform), an explicit name checked. Raises ModelLoadError naming what to install."""
     if name != "auto":
         if name not in BACKENDS:
-            raise ModelLoadError(f"unknown backend {name!r}: choose auto, mlx, torch or remote")
+            raise ModelLoadError(f"unknown backend {name!r}: choose auto, mlx, torch, llamacpp or remote")
         if not installed(name):
             raise ModelLoadError(f"the {name} backend is not installed: {INSTALL_HINT[name]}")
         return name
     if is_gguf_source(source):
-        if installed("torch"):
-            return "torch"
-        raise ModelLoadError(f"a .gguf file opens only on the torch backend, which is not installed: "
-                             f"{INSTALL_HINT['torch']}")
+        for n in ("llamacpp", "torch"):
+            if installed(n):
+                return n
+        raise ModelLoadError(f"a .gguf file opens on the llama.cpp backend (or on torch, dequantized), and neither "
+                             f"is installed: {INSTALL_HINT['llamacpp']}")
     preferred = ["mlx", "torch"] if (apple_silicon() if apple is None else apple) else ["torch", "mlx"]
     for n in preferred:
         if installed(n):
@@ -79,7 +84,8 @@ def resolve_name(name: str, source: str | os.PathLike[str] = "", apple: bool | N
 
 
 def get_backend(name: str = "auto", source: str | os.PathLike[str] = "") -> Backend:
-    """The backend that loads the model folder or file `source` (a .gguf file: torch, under "auto")."""
+    """The backend that loads the model folder or file `source` (a .gguf file, under "auto": llama.cpp, else
+    torch)."""
     entry = BACKENDS[resolve_name(name, source)]
     if entry.connects:
         raise ModelLoadError(f"the {name} backend connects to a server: give a base URL and a model name")

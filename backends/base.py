@@ -3,14 +3,15 @@
 Every opened model is a `Model`: a tokenizer, a `ModelInfo` and the `Capabilities` it declares, which the core
 reads instead of asking what kind of model it has. A `Backend` loads a local Hugging Face-format folder into a
 `LoadedModel`, a `Model` with a local forward pass: KV caches that can be trimmed to a prefix and forked into
-rows, a batched `forward`, and the array-ops shim the sampler runs on. A server's model (`backends.remote.backend`) is
-a `Model` without one: it samples by itself and reports what it drew. Resolving hub ids, caches and downloads
-is the core's job; this package never imports `app`.
+rows, a batched `forward`, and the array-ops shim the sampler runs on; its `Layers` read one position inside it (the
+logit lens, attention). A server's model (`backends.remote.backend`) is a `Model` without one: it samples by itself
+and reports what it drew. Resolving hub ids, caches and downloads is the core's job; this package never imports
+`app`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -106,6 +107,8 @@ class Tokenizer(Protocol):
     def token_text(self, token_id: int) -> str: ...  # one token for display
     def apply_chat_template(self, messages: Sequence[dict[str, str]]) -> str: ...
     def stream(self) -> StreamDecoder: ...
+    # the tokenizers-library JSON a grammar engine reads (None: none here, a server's or a slow tokenizer)
+    def vocabulary_json(self) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -117,9 +120,11 @@ class Capabilities:
     resample: bool  # its steps record raw logits, so a step is re-sampled under new settings exactly
     tokenize: bool  # its tokenizer encodes here (token counts, token-id prompts, a prompt's surprisal)
     reported_top_n: int | None = None  # no local forward: the most candidates a step reports (None: not known)
+    layers: bool = False  # its layers are exposed (`Layers`): the logit lens and attention at a position
+    steer: bool = False  # its residual stream takes added vectors (`Steerable`): steering
 
 
-LOCAL = Capabilities(forward=True, trim_fork=True, resample=True, tokenize=True)
+LOCAL = Capabilities(forward=True, trim_fork=True, resample=True, tokenize=True, layers=True, steer=True)
 SERVER = Capabilities(forward=False, trim_fork=False, resample=False, tokenize=False)
 
 
@@ -154,6 +159,57 @@ class LoadedModel(Model, Protocol):
     def fork(self, cache: Any, n: int) -> Any: ...  # a new cache: n copies of a batch-1 cache, which stays usable
     def reorder(self, cache: Any, rows: Sequence[int]) -> None: ...  # in place: row i becomes old row rows[i]
     def cache_bytes(self, cache: Any) -> int: ...
+
+
+@dataclass(frozen=True)
+class LayerLens:
+    """One position's residual stream read through the model's own final norm and output head, layer by layer: row
+    0 the embeddings, row i layer i's output (the last row is the model's logits). numpy arrays."""
+
+    top_ids: Any  # (L+1, K) int32, by probability descending (ties: the lower id first)
+    top_logprobs: Any  # (L+1, K) float32, log-softmax over the whole vocabulary
+    target_logprob: Any  # (L+1,) float32 of the target token (NaN: no target)
+    target_rank: Any  # (L+1,) int64, 0-based, among the whole vocabulary (-1: no target)
+    lse: Any  # (L+1,) float32, each row's logsumexp: a token's logit is its log-probability + lse
+
+
+@dataclass(frozen=True)
+class LayerAttention:
+    """One position's attention over its context, per layer and query head: `weights` (L, H, T) float32 numpy, T the
+    position + 1 (a position a sliding window hides from it: 0). Query head h reads KV head h // (H // kv_heads)."""
+
+    weights: Any
+    kv_heads: int
+    windows: tuple[int | None, ...]  # per layer: its sliding window in positions (None: the whole context)
+
+
+class Layers(Protocol):
+    """A local model's layers at one position (`capabilities.layers`). `lens` and `attention` forward `token` into
+    `cache` (appended, as `forward` does) and read that position; `watch_layers(True)` keeps every forward's last
+    position's residual stream, (B, L+1, hidden) `layer_states()`, which `layer_logits` reads through the final norm
+    and head for (B, K) token ids only: (B, L+1, K) float32 in `ops`' array type, as `forward`'s logits (the live
+    lens)."""
+
+    def lens(self, cache: Any, token: int, target: int | None, top_k: int) -> LayerLens: ...
+    def attention(self, cache: Any, token: int) -> LayerAttention: ...
+    def watch_layers(self, on: bool) -> None: ...
+    def layer_states(self) -> Any: ...
+    def layer_logits(self, states: Any, ids: Any) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Steer:
+    """What the forwards that follow add to the residual stream: `adds[L]`, (B, hidden) float32 numpy, to the output
+    of decoder layer L (0-based, at every position; llama.cpp's control vectors number layers so: `direction.L`), row
+    b of the batch getting row b. A layer not named gets nothing: its add is skipped, not made with zeros."""
+
+    adds: Mapping[int, Any]
+
+
+class Steerable(Protocol):
+    """A local model whose residual stream takes added vectors (`capabilities.steer`): `steer(None)` ends it."""
+
+    def steer(self, steer: Steer | None) -> None: ...
 
 
 class Backend(Protocol):

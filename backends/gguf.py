@@ -6,7 +6,7 @@ header (a count, a length or a string past the end of the file, an unknown value
 than any writer nests them, an alignment that is not a power of two) or a file shorter than its tensors need
 into one `ModelLoadError` line that names the file and what is wrong. Every count is checked against the bytes
 left before it is looped over, so no header makes it read for long. No framework imports; loading the weights
-(transformers dequantizes them) is the torch backend's job.
+is the llama.cpp backend's (its own quantized kernels) or the torch backend's (transformers dequantizes them).
 """
 
 from __future__ import annotations
@@ -82,6 +82,15 @@ class GgufFile:
         return sum(math.prod(t.shape) for t in self.tensors)
 
     @property
+    def tensor_bytes(self) -> int:
+        """The bytes its tensors take as stored (a type newer than `GGML_TYPES`: counted at 4 bytes a value)."""
+        total = 0
+        for t in self.tensors:
+            _, per_block, nbytes = GGML_TYPES.get(t.type, ("?", 1, 4))
+            total += math.prod(t.shape) // per_block * nbytes
+        return total
+
+    @property
     def weight_type(self) -> str:
         """The tensor type holding most of the weights, e.g. Q4_K (a file mixes types; norms stay F32)."""
         sizes: dict[int, int] = {}
@@ -145,6 +154,22 @@ def _problem(gguf: GgufFile) -> str | None:
     if SPLIT.search(name):
         return (f"{name} is one part of a split GGUF, and transformers loads whole files only: merge the parts "
                 "with llama.cpp's llama-gguf-split --merge")
+    return _shape_problem(gguf)
+
+
+def llama_cpp_problem(gguf: GgufFile) -> str | None:
+    """Why llama.cpp cannot load this (well-formed) file, as far as its header tells (an architecture it does not
+    know shows only as it loads), or None."""
+    split = SPLIT.search(gguf.path.name)
+    if split and not split.group().lower().startswith("-00001-"):
+        return (f"{gguf.path.name} is a later part of a split GGUF: open its first part (…-00001-of-….gguf), which "
+                "names the others")
+    return _shape_problem(gguf)
+
+
+def _shape_problem(gguf: GgufFile) -> str | None:
+    """A tokenizer and a decoder's dimensions, which every loader needs, missing from the header: why, or None."""
+    name, arch = gguf.path.name, gguf.architecture
     if not gguf.has_tokenizer:
         return f"{name} has no tokenizer in its metadata (tokenizer.ggml.*)"
     for key in REQUIRED:
@@ -273,9 +298,10 @@ def _check_length(path: Path, size: int, data_start: int, tensors: list[GgufTens
 
 
 def loadable_by(gguf: GgufFile) -> list[str]:
-    """Backends (of those installed) that can load this file: torch, where transformers reads its architecture
-    and the gguf and accelerate packages its GGUF loader needs are installed; never MLX. A file `check_gguf`
-    would refuse loads nowhere."""
+    """Backends (of those installed) that can load this file: llama.cpp, where llama-cpp-python is installed and
+    `llama_cpp_problem` finds none; torch, where transformers reads its architecture and the gguf and accelerate
+    packages its GGUF loader needs are installed (a file `check_gguf` would refuse loads nowhere); never MLX."""
+    out = ["llamacpp"] if importlib.util.find_spec("llama_cpp") and not llama_cpp_problem(gguf) else []
     if _problem(gguf) or not all(importlib.util.find_spec(m) for m in ("gguf", "accelerate")):
-        return []
-    return ["torch"] if torch_supports(str(gguf.model_type).removesuffix("_text")) else []
+        return out
+    return [*out, "torch"] if torch_supports(str(gguf.model_type).removesuffix("_text")) else out

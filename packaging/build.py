@@ -1,7 +1,7 @@
 """Build Logit Lab as a desktop bundle with PyInstaller: a one-folder app on Linux (`DIST/logitlab/logitlab`), a
-`.app` on macOS (`DIST/Logit Lab.app`). Both carry the built-in model and its speculative draft (resources/builtin-model
-and builtin-draft, found through the package's own path, which PyInstaller keeps under the bundle's root) and every
-transformers architecture; the
+`.app` on macOS (`DIST/Logit Lab.app`). Both carry the built-in model, its speculative draft and the built-in
+thinking model (resources/builtin-model, builtin-draft and builtin-thinking, found through the package's own path,
+which PyInstaller keeps under the bundle's root) and every transformers architecture; the
 macOS one also carries MLX with its Metal kernels (mlx.metallib, beside libmlx). Builds for the machine it runs on.
 
     python3 -m pip install pyinstaller && python3 packaging/build.py [--dist DIR] [--work DIR] [--backends torch,mlx]
@@ -25,12 +25,13 @@ METADATA = ["gguf", "accelerate"]
 UNUSED = ["tkinter", "IPython", "matplotlib", "scipy", "pandas", "pytest", "hypothesis", "PyQt5", "PyQt6",
           "torchvision", "torchaudio", "tensorflow", "jax", "flax", "sklearn", "triton"]
 DEFAULT_BACKENDS = {"darwin": "mlx,torch", "linux": "torch"}
+SHIPPED_MODELS = ("builtin-model", "builtin-draft", "builtin-thinking")  # folders of resources/ the bundle carries
 
 
 def common_args(dist: Path, work: Path, backends: list[str]) -> list[str]:
     args = ["--noconfirm", "--log-level", "WARN", "--distpath", str(dist), "--workpath", str(work),
             "--specpath", str(work), "--paths", str(ROOT),
-            *(arg for name in ("builtin-model", "builtin-draft")
+            *(arg for name in SHIPPED_MODELS
               for arg in ("--add-data", f"{ROOT / 'resources' / name}{os.pathsep}resources/{name}"))]
     for package in sorted({p for b in backends for p in DYNAMIC[b]}):
         args += ["--collect-submodules", package]

@@ -91,14 +91,36 @@ def load_tokenizer(folder: Path) -> Tokenizer:
     return Tokenizer.from_file(str(folder / "tokenizer.json"))
 
 
-def make_config(args: argparse.Namespace) -> LlamaConfig:
+def make_config(args: argparse.Namespace, vocab: int = VOCAB, bos: int | None = 0, eos: int = 0,
+                positions: int = 1024) -> LlamaConfig:
+    """The Llama shape the arguments name (--hidden, --layers, --heads, --kv-heads, --intermediate)."""
     return LlamaConfig(
-        vocab_size=VOCAB, hidden_size=args.hidden, intermediate_size=args.intermediate,
+        vocab_size=vocab, hidden_size=args.hidden, intermediate_size=args.intermediate,
         num_hidden_layers=args.layers, num_attention_heads=args.heads, num_key_value_heads=args.kv_heads,
-        head_dim=args.hidden // args.heads, max_position_embeddings=1024,
+        head_dim=args.hidden // args.heads, max_position_embeddings=positions,
         rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=True,
-        bos_token_id=0, eos_token_id=0, torch_dtype="float16",
+        bos_token_id=bos, eos_token_id=eos, torch_dtype="float16",
     )
+
+
+def make_optimizer(model: torch.nn.Module, lr: float, steps: int) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
+    """AdamW with a linear warmup over the first 5% of the steps, then a cosine decay to zero."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
+    warmup = max(1, steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps))
+    )
+    return opt, sched
+
+
+def update(model: torch.nn.Module, opt: torch.optim.Optimizer, sched: torch.optim.lr_scheduler.LRScheduler,
+           loss: torch.Tensor) -> None:
+    """One optimizer step on `loss`, gradients clipped to norm 1."""
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    sched.step()
+    opt.zero_grad(set_to_none=True)
 
 
 @torch.no_grad()
@@ -147,20 +169,12 @@ def main() -> None:
     model = LlamaForCausalLM(make_config(args)).to(args.device)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"parameters: {n_params:,}", flush=True)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
-    warmup = max(1, args.steps // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, args.steps) / args.steps))
-    )
+    opt, sched = make_optimizer(model, args.lr, args.steps)
     t0 = time.time()
     for step in range(1, args.steps + 1):
         x = sample_batch(train_ids, rng, args.batch).to(args.device)
         loss = model(input_ids=x, labels=x).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
+        update(model, opt, sched, loss)
         if step % 50 == 0 or step == args.steps:
             msg = f"step {step}/{args.steps} train loss {loss.item():.3f} ({time.time() - t0:.0f}s)"
             if step % 250 == 0 or step == args.steps:

@@ -35,14 +35,15 @@ def make_tokenizer(vocab_size: int = 384):
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, bos_token=EOS)
 
 
-def make_model(path: Path, *, chat: bool = False, seed: int = 0, hidden: int = 64, layers: int = 2) -> Path:
+def make_model(path: Path, *, chat: bool = False, seed: int = 0, hidden: int = 64, layers: int = 2,
+               tok: object = None) -> Path:
     """Save a random Llama (float32 safetensors, numpy's seeded draws: no framework needed, so a torch-only and an
-    mlx-only install make the same model) and its tokenizer to `path`."""
+    mlx-only install make the same model) and its tokenizer (`tok`, or the tiny one made here) to `path`."""
     import numpy as np
     from safetensors.numpy import save_file
     from transformers import LlamaConfig
 
-    tok = make_tokenizer()
+    tok = tok if tok is not None else make_tokenizer()
     if chat:
         tok.chat_template = CHAT_TEMPLATE
     config = LlamaConfig(

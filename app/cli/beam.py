@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from app.cli.arguments import add_count, emit, fail, status_line, to_json
@@ -63,7 +63,8 @@ def run_beams(args: argparse.Namespace, spec: ModelSpec, prompt: str, messages: 
         return fail(f"--beams runs one beam search, without {', '.join(other)}: leave it out", 2, PROG)
     try:
         request = BeamRequest(model=spec, prompt=prompt, messages=messages, settings=beam_settings(args),
-                              openable=False)
+                              openable=False, constraint=args.constraint and replace(args.constraint,
+                                                                                      place=args.constraint_place))
     except SettingsError as e:
         return fail(str(e), 2, PROG)
     worker = ModelThread()

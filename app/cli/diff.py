@@ -37,9 +37,9 @@ def parser() -> Parser:
                    "id, 'builtin' or 'builtin-draft'")
     p.add_argument("--model-b", type=nonempty, help="variant B, named as --model (default: --model, in another "
                    "--dtype-b / --quantize-b)")
-    p.add_argument("--backend", choices=["auto", "mlx", "torch"], default="auto", help="A's backend (auto: MLX on "
-                   "Apple Silicon, else torch; torch for a .gguf)")
-    p.add_argument("--backend-b", choices=["auto", "mlx", "torch"], help="B's backend (default: mlx with "
+    p.add_argument("--backend", choices=["auto", "mlx", "torch", "llamacpp"], default="auto", help="A's backend "
+                   "(auto: MLX on Apple Silicon, else torch; a .gguf file: llamacpp where installed, else torch)")
+    p.add_argument("--backend-b", choices=["auto", "mlx", "torch", "llamacpp"], help="B's backend (default: mlx with "
                    "--quantize-b, which only MLX does; else --backend)")
     p.add_argument("--device", choices=["cuda", "mps", "cpu"], help="torch device, both variants (default: best)")
     p.add_argument("--dtype", choices=DTYPES, help="A's precision (default: float32 on a CPU)")

@@ -7,11 +7,16 @@ A bad value is argparse's one line, naming the flag. It runs nothing.
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 
 from app.cli.arguments import COMPILE_HELP, add_count, add_server_args, backend_of, nonempty, thread_count
+from app.core.control_vectors import parse_layers
 from app.core.files import parse_json, typed
 from app.core.models.sources import ModelSpec
+from app.core.sampler.constraint import check
 from app.core.sampler.logit_bias import BiasEntry, parse_entry
 from app.core.sampler.sampling import RECORD_K
 from app.core.settings import (
@@ -28,6 +33,7 @@ from app.core.settings import (
     parse_order,
     read_escapes,
 )
+from app.core.stage_inputs import CONSTRAINT_PLACES, Constraint, Steering
 from backends.base import LoadOptions
 
 MAX_SAMPLES = 64  # --n, and so the requests at once that --concurrency may ask for
@@ -35,13 +41,15 @@ COMPILE_LEN = 1024  # the static cache's length: every compiled step attends ove
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", type=nonempty, default="builtin", help="a local folder, a hub id (owner/name), or "
-                   "'builtin' (remote: the server's model name; 'builtin': the one it serves)")
-    p.add_argument("--backend", choices=["auto", "mlx", "torch", "remote"], default="auto",
-                   help="auto: MLX on Apple Silicon, else torch (torch for a .gguf); remote: an OpenAI-compatible "
-                        "server (--base-url)")
+    p.add_argument("--model", type=nonempty, default="builtin", help="a local folder, a hub id (owner/name), "
+                   "'builtin', or 'builtin-thinking' (a tiny model that thinks before it answers: addition) "
+                   "(remote: the server's model name; 'builtin': the one it serves)")
+    p.add_argument("--backend", choices=["auto", "mlx", "torch", "llamacpp", "remote"], default="auto",
+                   help="auto: MLX on Apple Silicon, else torch (a .gguf file: llamacpp where llama-cpp-python is "
+                        "installed, else torch); remote: an OpenAI-compatible server (--base-url)")
     add_remote_args(p)
-    p.add_argument("--device", choices=["cuda", "mps", "cpu"], help="torch device (default: best available)")
+    p.add_argument("--device", choices=["cuda", "mps", "cpu"], help="torch device (default: best available); "
+                   "llama.cpp: cpu keeps every layer on the CPU")
     p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], help="default: float32 on a CPU; on a "
                    "GPU bfloat16 / float16 (torch) or the file's own (MLX)")
     p.add_argument("--quantize", type=int, choices=[4, 8], help="MLX: quantize the weights on load")
@@ -49,8 +57,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-pickle", action="store_true", help="allow non-safetensors weights (weights_only)")
     p.add_argument("--compile", action="store_true", help=f"{COMPILE_HELP}. The cache holds {COMPILE_LEN:,} "
                    "positions: longer runs go on uncompiled")
-    p.add_argument("--threads", type=thread_count, metavar="N", help="torch: CPU threads (default: 1 for a model "
-                   "under 50M parameters, else torch's default; OMP_NUM_THREADS also sets it)")
+    p.add_argument("--threads", type=thread_count, metavar="N", help="torch and llama.cpp: CPU threads (default: 1 "
+                   "for a model under 50M parameters, else the framework's default; OMP_NUM_THREADS also sets it)")
 
 
 def add_remote_args(p: argparse.ArgumentParser) -> None:
@@ -76,7 +84,61 @@ def add_sampler_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-breakers", type=breaker_list, default=DRY_BREAKERS, metavar="JSON",
                    help="DRY's sequence breakers, a JSON list of strings: a token holding one ends a repeat "
                         '(default: ["\\n", ":", "\\"", "*"], as llama.cpp)')
+    p.add_argument("--think-soft", action="store_true", help="with --think-budget: raise the closing marker's logit "
+                   "as the budget nears (a stage) rather than forcing it at the budget")
+    p.add_argument("--think-markers", nargs=2, metavar=("OPEN", "CLOSE"), type=nonempty, default=(),
+                   help="a thinking model's reasoning markers, where its tokenizer's are not found (default: <think> "
+                        "and </think>, or gpt-oss's channels, when the tokenizer has them)")
+    p.add_argument("--steer", type=steer_value, metavar="FILE:LAYERS:STRENGTH",
+                   help="add a steering vector (llama.cpp's control-vector GGUF, as `logitlab steer make` writes) to "
+                        "the residual stream after LAYERS (3,4 or 2-5; empty: every layer the file has) times "
+                        "STRENGTH; each step then records the KL from the unsteered model and the tokens it moved")
+    add_constraint_args(p)
     add_count(p, "--top-n", 1, RECORD_K, 20, "candidates recorded per step")
+
+
+def add_constraint_args(p: argparse.ArgumentParser) -> None:
+    """The constraint flags (at most one of them): what the output must match, checked as it is read."""
+    one = p.add_mutually_exclusive_group()
+    one.add_argument("--json-schema", dest="constraint", type=constraint_value("json_schema"), metavar="FILE",
+                     help="the output is JSON valid under this JSON schema (a file)")
+    one.add_argument("--regex", dest="constraint", type=constraint_value("regex"), metavar="RE",
+                     help="the whole output matches this regular expression (Rust regex syntax)")
+    one.add_argument("--grammar", dest="constraint", type=constraint_value("grammar"), metavar="FILE",
+                     help="the output follows this grammar: a Lark file, or llama.cpp's GBNF (.gbnf, or ::= rules)")
+    one.add_argument("--choices", dest="constraint", type=constraint_value("choices"), metavar="A,B,C",
+                     help="the output is one of these texts")
+    p.add_argument("--constraint-place", choices=CONSTRAINT_PLACES, default="first",
+                   help="first: the grammar cuts before every other stage; on_reject: llama.cpp's way, the chain runs "
+                        "unconstrained and only a drawn token the grammar refuses is drawn again with it first")
+
+
+def constraint_value(kind: str) -> Callable[[str], Constraint]:
+    """A constraint flag's value as a constraint (placed first: `settings_from` places it), compiled to check it."""
+    def parse(text: str) -> Constraint:
+        try:
+            c = _constraint(kind, text)
+            check(c)
+        except (ValueError, OSError) as e:  # (ConstraintError names the position)
+            raise argparse.ArgumentTypeError(str(e)) from None
+        return c
+
+    return parse
+
+
+def _constraint(kind: str, text: str) -> Constraint:
+    if kind == "regex":
+        return Constraint("regex", text)
+    if kind == "choices":
+        return Constraint("choices", "\n".join(c.strip() for c in text.split(",") if c.strip()))
+    try:
+        content = Path(text).read_text(encoding="utf-8")
+    except OSError as e:
+        raise OSError(f"cannot read {text}: {e.strerror or e}") from None
+    if kind == "grammar":
+        gbnf = text.endswith(".gbnf") or (not text.endswith(".lark") and "::=" in content)
+        return Constraint("gbnf" if gbnf else "lark", content)
+    return Constraint(kind, content)
 
 
 def flag_of(f: Field) -> str:
@@ -114,7 +176,27 @@ def settings_from(args: argparse.Namespace, by_text: bool = False) -> SamplerSet
     ids = tuple((e.token, e.value) for e in args.logit_bias if isinstance(e.token, int))
     return SamplerSettings(**values, seed=args.seed, stop=tuple(read_escapes(s) for s in args.stop),
                            order=args.order[0], chain=args.order[1], logit_bias=ids,
-                           dry_breakers=args.dry_breakers)
+                           dry_breakers=args.dry_breakers, think_soft=args.think_soft,
+                           think_markers=tuple(args.think_markers), steering=getattr(args, "steer", None),
+                           constraint=args.constraint and replace(args.constraint, place=args.constraint_place))
+
+
+def steer_value(text: str) -> Steering:
+    """--steer FILE:LAYERS:STRENGTH (the file's name may hold colons: the last two fields are split off)."""
+    path, layers, strength = ([""] * 3 + text.rsplit(":", 2))[-3:]
+    try:
+        value = float(strength)
+        if not math.isfinite(value):
+            raise ValueError
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected FILE:LAYERS:STRENGTH with a number for STRENGTH, got "
+                                         f"{typed(text)}") from None
+    if not path:
+        raise argparse.ArgumentTypeError(f"expected FILE:LAYERS:STRENGTH, got {typed(text)}")
+    try:
+        return Steering(path, parse_layers(layers) if layers.strip() else (), value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def stage_order(text: str) -> tuple[StageOrder, tuple[str, ...]]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from app.cli.arguments import Parser, add_count, check_base_url, fail, nonempty, read_prompt, text_arg
@@ -32,7 +33,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--trace", type=nonempty, help="save the run's trace to this file (JSON Lines; `logitlab --open "
                    "FILE` shows it); with --n, one file per sample: NAME.0.jsonl, NAME.1.jsonl, ...")
     p.add_argument("--json", action="store_true", help="write JSON Lines to stdout instead of text")
+    add_count(p, "--lens", 1, 256, None, "the live logit lens: each step also records every layer's logits for its "
+              "top K candidates (with --json and --trace; a local model's; `logitlab lens` shows one step in full)")
     add_stats_args(p)
+    p.add_argument("--heal", action="store_true", help="token healing: back off the prompt's last token and let the "
+                   "text start with it (the first token then covers the boundary, e.g. `http:` + `//`); a plain run "
+                   "of a text prompt")
+    add_count(p, "--think-probes", 1, 100_000, None, "a thinking model: after the run, close its think span every K "
+              "think tokens (and where it closed) and print the answer it would give there (JSON Lines with --json)")
+    p.add_argument("--answers", type=answer_list, default=(), metavar="A,B,...", help="with --think-probes: score "
+                   "these answers (comma-separated) as whole sequences, renormalized over the list")
     add_beam_args(p)
     add_draft_args(p)
     return p
@@ -67,16 +77,41 @@ def main(argv: Sequence[str]) -> int:
     messages = None
     if args.chat:
         messages = ((Message("system", args.system),) if args.system else ()) + (Message("user", prompt),)
-    # text mode prints the tokens only: no per-step record where nothing reads it (--json and --trace do)
+    # text mode prints the tokens only: no per-step record where nothing reads it (--json and --trace do; so does
+    # --steer's summary line)
+    record = bool(args.json or args.trace or args.stats or args.match or args.steer)
     request = Request(model=spec_from(args), prompt=prompt, messages=messages, settings=settings,
-                      top_n=args.top_n, n=args.n, record=bool(args.json or args.trace or args.stats or args.match))
+                      top_n=args.top_n, n=args.n, record=record, lens=args.lens or 0)
+    if args.heal and not plain:
+        return fail("--heal works on a plain run: leave out --beams, --draft-model, --stats and --match", 2,
+                    "logitlab generate")
+    if (args.think_budget or args.think_probes) and (args.beams or args.draft_model):
+        return fail("--think-budget and --think-probes work on a plain run or samples: leave out --beams and "
+                    "--draft-model", 2, "logitlab generate")
     if args.beams:
         return run_beams(args, request.model, prompt, messages)
     if args.draft_model:
         return run_draft(request, args)
     if args.stats or args.match:
         return run_stats(request, args)
-    return stream_to_terminal(request, json_out=args.json, trace_path=args.trace, bias=args.logit_bias)
+    if args.answers and not args.think_probes:
+        return fail("--answers is for --think-probes K", 2, "logitlab generate")
+    from app.core.decoding.probes import ProbeRequest  # (with the run's modules: not for --help)
+
+    probes = ProbeRequest(every=args.think_probes, answers=args.answers, markers=settings.think_markers,
+                          top_n=args.top_n) if args.think_probes else None
+    if probes is not None:
+        request = replace(request, record=True)  # the probes read the run's tokens from its trace
+    return stream_to_terminal(request, json_out=args.json, trace_path=args.trace, bias=args.logit_bias,
+                              probes=probes, heal=args.heal)
+
+
+def answer_list(text: str) -> tuple[str, ...]:
+    """--answers: the answers, comma-separated (each stripped of spaces; none empty)."""
+    answers = tuple(a.strip() for a in text.split(","))
+    if not all(answers):
+        raise argparse.ArgumentTypeError(f"an answer is empty in {text!r}: give them as A,B,C")
+    return answers
 
 
 def run_stats(request: Request, args: argparse.Namespace) -> int:

@@ -1,7 +1,7 @@
 """`logitlab`: the command that `argv` names (`COMMANDS`), each run by its own module (`generate`, `sweep`,
-`bench`, `models`, `diff`, `probe`, `serve`), imported only when it runs so that `--help` and a bad flag answer
-at once; with none, the window (`window`). Standard output that cannot be written is one line in any of them. The
-command modules never import this one.
+`bench`, `models`, `diff`, `probe`, `serve`, `lens`, `attention`, `multiverse`, `steer`), imported only when it runs so
+that `--help` and a bad flag answer at once; with none, the window (`window`). Standard output that cannot be written is
+one line in any of them. The command modules never import this one.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from app.cli.arguments import OutputError, emit, output_failed
 
 # each as argv begins with it
-COMMANDS = (["generate"], ["sweep"], ["bench"], ["models"], ["diff"], ["probe"], ["serve"])
+COMMANDS = (["generate"], ["sweep"], ["bench"], ["models"], ["diff"], ["probe"], ["serve"], ["lens"],
+            ["attention"], ["multiverse"], ["steer"])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -54,6 +55,22 @@ def run_command(argv: list[str]) -> int:
         from app.cli.probe import main as probe
 
         return probe(rest)
+    if verb == "lens":
+        from app.cli.inside.lens import main as lens
+
+        return lens(rest)
+    if verb == "attention":
+        from app.cli.inside.attention import main as attention
+
+        return attention(rest)
+    if verb == "steer":
+        from app.cli.inside.steer import main as steer
+
+        return steer(rest)
+    if verb == "multiverse":
+        from app.cli.multiverse import main as multiverse
+
+        return multiverse(rest)
     if verb == "serve":
         from app.cli.serve import main as serve
 

@@ -12,21 +12,27 @@ step starts compiling, and one how long it took (the model thread's `Compiling` 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from itertools import chain
 from pathlib import Path
 from typing import Any
 
 from app.cli.arguments import DEBUG_ENV, OutputError, emit, loaded_line, output_failed, to_json
-from app.core.events import Compiling, Event, Failed, Finished, Loaded, Loading, Prefilled, Request, Step
+from app.core.decoding.healing import healed_request
+from app.core.decoding.probes import Probed, ProbeRequest, ProbesDone, ThinkProbe
+from app.core.events import Compiling, Event, Failed, Finished, Loaded, Loading, Prefilled, Request, Step, Stuck
+from app.core.record.steer_record import summary as steer_summary
+from app.core.record.steer_record import summary_line
+from app.core.record.trace import RunTrace
 from app.core.runs.jobs import Job, stream
 from app.core.runs.model_thread import ModelThread
 from app.core.runs.runners import kind_of
 from app.core.sampler.logit_bias import BiasEntry, resolve
-from app.core.settings import SettingsError
+from backends.base import Tokenizer
 
 PROG = "logitlab generate"  # how its errors begin, as argparse's do
 
@@ -40,6 +46,7 @@ def summary(ev: Finished, text: str) -> dict[str, Any]:
         "decode_tokens_per_s": m.decode_tokens_per_s, "prefill_tokens_per_s": m.prefill_tokens_per_s,
         "itl_mean_s": m.itl_mean_s, "itl_p95_s": m.itl_p95_s, "total_s": m.total_s,
         "kv_cache_bytes": m.kv_cache_bytes, "seed": ev.trace.seed if ev.trace else None, "text": text,
+        **({"steering": steered} if ev.trace and (steered := steer_summary(ev.trace.steps)) else {}),
     }
 
 
@@ -143,18 +150,20 @@ class Unexpected(logging.Handler):
 
 
 def stream_to_terminal(request: Request, json_out: bool = False, trace_path: str | None = None,
-                       bias: Sequence[BiasEntry] = ()) -> int:
+                       bias: Sequence[BiasEntry] = (), probes: ProbeRequest | None = None, heal: bool = False) -> int:
     """Run `request` and stream it; the trace files are written (atomically) once each sample is complete. With
     `bias` (--logit-bias by text or id), the model is loaded first and each entry found in its vocabulary: one not
-    found exits 2 with its one line, and nothing else is printed."""
+    found exits 2 with its one line, and nothing else is printed; so with `heal` (--heal: the prompt's last token
+    backed off, the text constrained to start with it, `healing`). With `probes` (--think-probes), each finished
+    sample's think span is then probed on the same model thread (`think_probes`)."""
     unexpected = Unexpected()
     logging.getLogger("app").addHandler(unexpected)  # not Python's last-resort handler: no traceback by default
     worker = ModelThread()
     try:
         held: list[Event] = []
-        if bias:
+        if bias or heal:
             try:
-                found = _with_bias(worker, request, bias, held)
+                found = _with_bias(worker, request, bias, held, heal)
             except KeyboardInterrupt:
                 return 130
             if found is None:
@@ -163,25 +172,110 @@ def stream_to_terminal(request: Request, json_out: bool = False, trace_path: str
         events: Iterable[Event] = held
         if not held or not isinstance(held[-1], Failed):  # (a load that failed: its line is all that is left)
             events = chain(held, stream(worker.start(Job(kind_of(request), (request,)))))
-        return _stream(worker, request, events, json_out, trace_path, unexpected)
+        ran = _Ran()
+        code = _stream(worker, request, ran.keep(events), json_out, trace_path, unexpected)
+        if probes is None or code != 0:
+            return code
+        probes = replace(probes, model=request.model)
+        return max((think_probes(worker, probes, t, _Texts(ran.tokenizer), json_out) for t in ran.traces), default=0)
     finally:
         worker.close()
         logging.getLogger("app").removeHandler(unexpected)
 
 
-def _with_bias(worker: ModelThread, request: Request, bias: Sequence[BiasEntry], held: list[Event]) -> Request | None:
+class _Ran:
+    """What a run left for its probes: each finished sample's trace (in sample order) and the model's tokenizer."""
+
+    def __init__(self) -> None:
+        self.traces: list[RunTrace] = []
+        self.tokenizer: Tokenizer | None = None
+
+    def keep(self, events: Iterable[Event]) -> Iterator[Event]:
+        """`events`, as they pass."""
+        for ev in events:
+            if isinstance(ev, Finished) and ev.trace is not None:
+                self.traces.append(ev.trace)
+                self.traces.sort(key=lambda t: t.run_id)
+            elif isinstance(ev, Loaded) and ev.tokenizer is not None:
+                self.tokenizer = ev.tokenizer
+            yield ev
+
+
+def think_probes(worker: ModelThread, probes: ProbeRequest, trace: RunTrace, texts: dict[int, str | None],
+                 json_out: bool) -> int:
+    """Probe one finished run's think span (`--think-probes`): a line per probe (JSON Lines, or text), then where the
+    leading answer changed and where it settled. 1 with one line where it cannot be probed."""
+    request = replace(probes, prompt_ids=tuple(trace.prompt_ids), tokens=tuple(trace.token_ids), run_id=trace.run_id)
+    try:
+        for ev in stream(worker.start(Job("think_probes", (request,)))):
+            if isinstance(ev, Failed):
+                print(f"{PROG}: error: {ev.message}", file=sys.stderr)
+                return 1
+            if isinstance(ev, Probed):
+                emit(to_json({"probe": probe_json(ev.probe, texts)}) if json_out else probe_line(ev.probe, texts))
+            elif isinstance(ev, ProbesDone):
+                done = {"probes": len(ev.probes), "changed_at": list(ev.changed), "settled_at": ev.settled}
+                emit(to_json({"probes_summary": done}) if json_out else
+                     f"changed its mind at steps {list(ev.changed) or 'none'}; settled from step {ev.settled}")
+    except KeyboardInterrupt:
+        worker.cancel()
+        return 130
+    return 0
+
+
+class _Texts(dict):
+    """Token id -> its text, by the tokenizer where there is one (None without)."""
+
+    def __init__(self, tok: Tokenizer | None) -> None:
+        super().__init__()
+        self.tok = tok
+
+    def __missing__(self, token: int) -> str | None:
+        text = self[token] = None if self.tok is None else self.tok.token_text(token)
+        return text
+
+
+def probe_json(p: ThinkProbe, texts: dict[int, str | None]) -> dict[str, Any]:
+    first = [{"token_id": int(t), "text": texts[int(t)], "prob": math.exp(float(lp))}
+             for t, lp in zip(p.top_ids.tolist(), p.top_logprobs, strict=True)]
+    answers = [{"text": a, "logprob": float(lp), "prob": float(pr)}
+               for a, lp, pr in zip(p.answers, p.answer_logprobs, p.answer_probs, strict=True)]
+    return {"step": p.step, "think_tokens": p.think_tokens, "close_prob": math.exp(p.close_logprob),
+            "first": first, "answers": answers}
+
+
+def probe_line(p: ThinkProbe, texts: dict[int, str | None]) -> str:
+    """A probe in words: after how much thinking, then each answer (or the likeliest first tokens) with its chance."""
+    if p.answers:
+        best = sorted(zip(p.answers, p.answer_probs, strict=True), key=lambda a: -a[1])
+    else:
+        best = [(texts[int(t)] or f"#{t}", math.exp(float(lp)))
+                for t, lp in zip(p.top_ids[:5], p.top_logprobs[:5], strict=True)]
+    shown = "  ".join(f"{text!r} {prob:.0%}" for text, prob in best[:5])
+    return f"step {p.step:>4} · {p.think_tokens:>4} think tokens · {shown}"
+
+
+def _with_bias(worker: ModelThread, request: Request, bias: Sequence[BiasEntry], held: list[Event],
+               heal: bool = False) -> Request | None:
     """`request` with its logit bias found in the loaded model's vocabulary (the loading events go to `held`, to
-    print after); None when a token is not found (its line printed). A failed load is left in `held`."""
+    print after), and healed if asked; None when a token is not found or it cannot be healed (its line printed). A
+    failed load is left in `held`."""
     held += stream(worker.start(Job("load", (request,))))
     loaded = next((ev for ev in held if isinstance(ev, Loaded)), None)
     if loaded is None:  # (a failed load: its `Failed` is printed)
         return request
     try:
-        pairs = resolve(bias, loaded.tokenizer, loaded.info.vocab_size)
-    except SettingsError as e:
+        if bias:
+            pairs = resolve(bias, loaded.tokenizer, loaded.info.vocab_size)
+            request = replace(request, settings=replace(request.settings, logit_bias=pairs))
+        if heal:
+            request, healed = healed_request(request, loaded.tokenizer)
+            print(f"healed: the prompt's last token {healed.text!r} backed off; the text starts with it",
+                  file=sys.stderr)
+    except ValueError as e:  # (SettingsError too)
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return None
-    return replace(request, settings=replace(request.settings, logit_bias=pairs))
+    return request
 
 
 def _stream(worker: ModelThread, request: Request, events: Iterable[Event], json_out: bool, trace_path: str | None,
@@ -222,6 +316,9 @@ def _stream(worker: ModelThread, request: Request, events: Iterable[Event], json
                     out.write(ev.sequence, to_json({**ev.trace.to_json(), "sequence": ev.sequence}) + "\n")
                 elif live:
                     out.write(ev.sequence, ev.text)
+            elif isinstance(ev, Stuck):  # (the run goes on: one line, as it happens)
+                print(f"{PROG}: {'sample ' + str(ev.sequence + 1) + ': ' if request.n > 1 else ''}step {ev.step}: "
+                      f"{ev.message}", file=sys.stderr)
             elif isinstance(ev, Finished):
                 first_decode.done()
                 if not _finished(ev, request, "".join(texts[ev.sequence]), json_out, live, trace_path, out):
@@ -249,6 +346,8 @@ def _finished(ev: Finished, request: Request, text: str, json_out: bool, live: b
         out.write(i, f"--- sample {i + 1} of {request.n} (seed {seed}) ---\n{text}\n")
     label = f"sample {i + 1}: " if request.n > 1 else ""
     out.write(i, f"{label}[{ev.reason}] {ev.metrics.line()}\n", err=True)
+    if ev.trace is not None and (steered := summary_line(ev.trace.steps)):
+        out.write(i, f"{label}{steered}\n", err=True)
     if ev.message:
         out.write(i, f"{PROG}: error: {label}{ev.message}\n", err=True)
     ok = ev.reason != "error"

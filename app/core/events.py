@@ -18,6 +18,7 @@ from app.core.settings import SamplerSettings
 
 if TYPE_CHECKING:
     from app.core.decoding.surprisal import PromptScore
+    from app.core.record.multiverse import Multiverse
     from app.core.record.spec_record import SpecRound, SpecStats, SpecSummary
     from app.core.record.trace import RunTrace, StepTrace
     from backends.base import ModelInfo, Tokenizer
@@ -50,11 +51,13 @@ class Request:
     settings: SamplerSettings = field(default_factory=SamplerSettings)
     top_n: int = 20
     record: bool = True  # False: tokens only, no per-step trace (benchmarks)
+    lens: int = 0  # the live logit lens: each step records each layer's logits for its top-`lens` candidates (0: off)
     ignore_eos: bool = False  # keep going past end-of-text (benchmarks, fixed-length runs)
     n: int = 1  # samples of this prompt, decoded together from one prefill; sample i is seeded with seed + i
     parent: tuple[int, int] | None = None  # (run id, step) this run branches from
     inherited: tuple[StepTrace, ...] = ()  # steps taken over from the parent (a branch): its steps 0..k-1
     force: int | None = None  # the token drawn at the first new step, whatever the sampler says (a fork)
+    force_after: tuple[int, ...] = ()  # taken at the steps after `force`'s, one a step (a multiverse node's path)
     branch: str = ""  # how it leaves its parent: "fork", "regenerate", "replay" or "edit" (RunTrace.branch)
     draft: ModelSpec | None = None  # speculative decoding: this draft model proposes, the target verifies
     draft_k: int = 4  # tokens the draft proposes per round, 1-8; 0: adaptive
@@ -144,6 +147,22 @@ class Finished:
 
 
 @dataclass(frozen=True)
+class Stuck:
+    """A constrained run that has made only whitespace, or one pattern over and over, for a while
+    (`sampler.constraint.stuck`): said once per run, at its `step`; the run goes on."""
+
+    request_id: int
+    step: int
+    message: str  # what it made, in words
+    run_id: int = 0  # 0: the request's own id (its first run)
+    sequence: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.run_id:
+            object.__setattr__(self, "run_id", self.request_id)
+
+
+@dataclass(frozen=True)
 class Scored:
     """The prompt's own token log-probabilities (prompt surprisal), for a `ModelThread.score` request."""
 
@@ -178,4 +197,21 @@ class Speculated:
     run_id: int = 0
 
 
-Event = Loading | Loaded | Compiling | Prefilled | Step | Finished | Scored | Failed | Drafted | Speculated
+@dataclass(frozen=True)
+class Explored:
+    """A multiverse as it grows, once per round of look-ahead (`multiverse.reason` "running")."""
+
+    request_id: int
+    multiverse: Multiverse
+
+
+@dataclass(frozen=True)
+class ExploreDone:
+    """A multiverse as it ended (`multiverse.reason`: "budget", "done" or "cancelled")."""
+
+    request_id: int
+    multiverse: Multiverse
+
+
+Event = (Loading | Loaded | Compiling | Prefilled | Step | Finished | Scored | Failed | Drafted | Speculated | Explored
+         | ExploreDone | Stuck)

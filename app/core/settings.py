@@ -4,8 +4,8 @@
 line and the window's sampler panel all read it, so a range is written down once. Edge values are ours and
 documented here: temperature 0 is greedy; top_k 0 (or ≥ vocabulary) is off; top_p 1 is off and top_p 0 keeps
 one token; min_p 0 is off; penalties 1 (repetition) and 0 (frequency, presence) are off; typical_p 1, top_n_sigma
-0, xtc_probability 0, dynatemp_range 0, epsilon_cutoff 0, eta_cutoff 0, dry_multiplier 0 and mirostat_tau 0
-are off.
+0, xtc_probability 0, dynatemp_range 0, epsilon_cutoff 0, eta_cutoff 0, dry_multiplier 0, mirostat_tau 0 and
+think_budget 0 are off.
 
 The stage order is `order` (temperature before or after the filters, as older files say it) or, when set, `chain`:
 every stage's name in the order they run (`parse_order` reads `top_k,temperature,...` or an engine's name). The
@@ -118,6 +118,9 @@ FIELDS: tuple[Field, ...] = (
           "at 2τ and follows each drawn token's surprise); 0 turns it off.", True),
     Field("mirostat_eta", "Mirostat η", 0.0, 1.0, 0.1, 0.01, False,
           "Mirostat v2's learning rate: how far μ moves per step toward the target surprise.", True),
+    Field("think_budget", "Think budget", 0, 100_000, 0, 1, True,
+          "A thinking model's reasoning budget: after this many tokens of thinking its closing marker is forced "
+          "(soft: its logit raised as the budget nears); 0 turns it off.", True, slider_hi=1024),
     Field("max_tokens", "Max tokens", 1, 100_000, 256, 1, True,
           "Stops after this many generated tokens."),
 )
@@ -178,6 +181,9 @@ class SamplerSettings:
     mirostat_eta: float = 0.1
     constraint: Constraint | None = None  # what the text must match (`stage_inputs`); None: free text
     steering: Steering | None = None  # a steering vector added to the forward (`stage_inputs`); None: none
+    think_budget: int = 0  # think tokens before the closing marker is forced (0: no budget)
+    think_soft: bool = False  # the budget raises the closing marker's logit as it nears, rather than forcing it
+    think_markers: tuple[str, ...] = ()  # (open, close): a custom pair of reasoning markers; (): the tokenizer's
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "order", StageOrder(self.order))
@@ -187,6 +193,12 @@ class SamplerSettings:
         object.__setattr__(self, "chain", chain)
         object.__setattr__(self, "logit_bias", _check_bias(self.logit_bias))
         object.__setattr__(self, "dry_breakers", tuple(self.dry_breakers))
+        object.__setattr__(self, "think_markers", tuple(self.think_markers))
+        if self.think_markers and (len(self.think_markers) != 2 or not all(
+                isinstance(m, str) and m for m in self.think_markers)):
+            raise SettingsError("think_markers must be two non-empty texts, the opening and the closing marker")
+        if not isinstance(self.think_soft, bool):
+            raise SettingsError(f"think_soft must be true or false, got {self.think_soft!r}")
         if any(not isinstance(b, str) or b == "" for b in self.dry_breakers):
             raise SettingsError("dry_breakers must be non-empty text")
         for f in FIELDS:
@@ -222,8 +234,11 @@ class SamplerSettings:
         top-n-sigma, epsilon, eta, XTC, mirostat, dynamic temperature) runs before the first that keeps a fixed few
         (top-k, greedy), or a logit bias raises a token: a step's recorded top logits alone then cannot decide its
         draw (a re-sample needs the model)."""
-        if any(value > 0 for _, value in self.logit_bias) or self.dry_multiplier > 0:
-            return True  # (DRY: its breakers are the tokenizer's, which a re-sample does not have)
+        if self.constraint is not None:  # its grammar cuts by the whole vocabulary; a step records only its top-K
+            return True
+        if any(value > 0 for _, value in self.logit_bias) or self.dry_multiplier > 0 or self.soft_budget:
+            return True  # (DRY: its breakers are the tokenizer's, which a re-sample does not have; a soft think budget:
+            # its markers are the tokenizer's too, and it raises a token that may be outside the record)
         for name in self.enabled_stages():
             row = STAGE[record_name(self, name)]
             if row.few or row.whole:
@@ -232,8 +247,15 @@ class SamplerSettings:
 
     @property
     def needs_history(self) -> bool:
-        """A run keeps a `History` for these settings: penalties' counts, mirostat's running μ, DRY's tokens."""
-        return self.uses_penalties or self.mirostat_tau > 0 or self.dry_multiplier > 0
+        """A run keeps a `History` for these settings: penalties' counts, mirostat's running μ, DRY's tokens, a
+        constraint's matcher."""
+        return (self.uses_penalties or self.mirostat_tau > 0 or self.dry_multiplier > 0 or self.think_budget > 0
+                or self.constraint is not None)
+
+    @property
+    def soft_budget(self) -> bool:
+        """The think budget runs as a stage (soft: it raises the closing marker's logit); a hard one forces it."""
+        return self.think_budget > 0 and self.think_soft
 
     @property
     def uses_penalties(self) -> bool:
@@ -253,6 +275,7 @@ class SamplerSettings:
         d["chain"] = list(self.chain)
         d["logit_bias"] = [list(pair) for pair in self.logit_bias]
         d["dry_breakers"] = list(self.dry_breakers)
+        d["think_markers"] = list(self.think_markers)
         d["constraint"] = self.constraint.to_dict() if self.constraint else None
         d["steering"] = self.steering.to_dict() if self.steering else None
         return d
@@ -353,5 +376,8 @@ _SETTING_KINDS = {"stop": (lambda v: isinstance(v, list) and all(isinstance(x, s
                                  "a list of [token id, value] pairs"),
                   "dry_breakers": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
                                    "a list of text"),
+                  "think_soft": (lambda v: isinstance(v, bool), "true or false"),
+                  "think_markers": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+                                    "a list of two texts"),
                   "constraint": (lambda v: isinstance(v, dict), "an object (kind, text, place)"),
                   "steering": (lambda v: isinstance(v, dict), "an object (path, layers, strength)")}

@@ -53,6 +53,23 @@ def _off_or(label: str, value: float, on: bool) -> str:
     return (f"{label} {value}" if isinstance(value, int) else f"{label} {value:g}") if on else f"{label} off"
 
 
+def _grammar(s: SamplerSettings) -> str:
+    c = s.constraint
+    assert c is not None
+    return f"constrained to {CONSTRAINT_WORDS[c.kind]}" + (", checked after the draw" if c.place == "on_reject" else "")
+
+
+CONSTRAINT_WORDS = {"json_schema": "a JSON schema", "json_object": "any JSON object", "regex": "a regular expression",
+                    "lark": "a Lark grammar", "gbnf": "a GBNF grammar", "choices": "a list of choices"}
+
+
+def _steering(s: SamplerSettings) -> str:
+    st = s.steering
+    assert st is not None
+    layers = ",".join(map(str, st.layers)) or "every layer of the file"
+    return f"steering {st.path.replace(chr(92), '/').rsplit('/', 1)[-1]} ×{st.strength:g} at {layers}"
+
+
 ROWS: tuple[StageRow, ...] = (
     StageRow("penalties", "penalties", ("repetition_penalty", "frequency_penalty", "presence_penalty"),
              on=lambda s, v: s.uses_penalties, chain=False, why=lambda v, t: "",
@@ -68,6 +85,12 @@ ROWS: tuple[StageRow, ...] = (
              on=lambda s, v: s.dry_multiplier > 0, engines={"llama.cpp": "dry"},
              says=lambda s: f"DRY ×{s.dry_multiplier:g}, base {s.dry_base:g}, allowed {s.dry_allowed_length}",
              why=lambda v, t: "it would extend a repeat so long that DRY's penalty is infinite"),
+    # a thinking model's budget (`sampler.think_budget`): soft, this stage raises the closing marker's logit as the
+    # budget nears (its record's threshold: the logit it added); hard, no stage: the marker is a forced step. No
+    # engine runs it in its chain; llama.cpp's server takes a budget beside it (`reasoning_budget`, server_request)
+    StageRow("think_budget", "think budget", ("think_budget", "think_soft"), on=lambda s, v: s.soft_budget,
+             says=lambda s: f"think budget {s.think_budget} (soft)",
+             why=lambda v, t: "the think budget left its logit at -inf"),
     StageRow("temperature", "temperature", ("temperature",), on=lambda s, v: True, main=True,
              engines={"llama.cpp": "temperature", "mlx-lm": "temp", "transformers": "TemperatureLogitsWarper",
                       "vllm": "temperature", "openai": "temperature"},
@@ -121,6 +144,18 @@ ROWS: tuple[StageRow, ...] = (
              whole=True, engines={"llama.cpp": None},
              says=lambda s: f"mirostat τ {s.mirostat_tau:g}, η {s.mirostat_eta:g}",
              why=lambda v, t: f"its surprise is above mirostat's μ = {_mu(v)} (probability below {t})"),
+    # a constraint (`SamplerSettings.constraint`, not a number: no field here) compiled to a grammar; its place, not
+    # the order, says where it runs: first (after the penalties), or after the draw, redrawing only what it refuses.
+    # llama.cpp takes it beside its samplers (`grammar`, `json_schema`), vLLM as structured outputs (once guided_*),
+    # OpenAI as response_format
+    StageRow("grammar", "grammar", (), on=lambda s, v: s.constraint is not None, chain=False, whole=True,
+             engines={"llama.cpp": None, "vllm": "structured_outputs", "openai": "response_format"},
+             says=_grammar, why=lambda v, t: "cut by the grammar: it cannot come next here"),
+    # a steering vector (`SamplerSettings.steering`, not a number: no field here) acts in the forward, before the
+    # logits: a record's `steer` (not a stage row) says what it did against the unsteered twin (`decoding.steering`);
+    # in no chain
+    StageRow("steering", "steering", (), on=lambda s, v: s.steering is not None and s.steering.strength != 0,
+             chain=False, says=_steering, why=lambda v, t: ""),
 )
 STAGE = {row.name: row for row in ROWS}
 RECORD_NAMES = tuple(STAGE)  # every name a step's record may give a stage

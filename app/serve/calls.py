@@ -1,5 +1,6 @@
 """One HTTP request read into a `Call`: the route's own fields (messages, prompt or input; n, stream, logprobs,
-top_logprobs, echo, the `logitlab` extension) and the sampling fields (`fields.read_sampling`), made one `Request`
+top_logprobs, echo, the `logitlab` extension), the sampling fields (`fields.read_sampling`) and the constraint
+(`formats.read_constraint`: response_format and the like), made one `Request`
 for the model thread. Bodies are bounded in size and JSON depth; a model name is never a path to load (the one
 model served answers every name, and a name that is not its own is listed as not applied). No HTTP, no model.
 """
@@ -16,6 +17,8 @@ from typing import Any
 from app.core.events import Message, Request
 from app.core.models.sources import ModelSpec
 from app.serve.fields import RequestError, read_sampling
+from app.serve.formats import FIELDS as FORMAT_FIELDS
+from app.serve.formats import read_constraint
 from app.serve.logprobs import MODES, Mode
 
 MAX_BODY = 8 * 2**20  # bytes of one request body
@@ -88,7 +91,8 @@ def read_call(route: str, body: Mapping[str, Any], spec: ModelSpec, served: str,
     generate = not (route == "completions" and body.get("echo") is True and body.get("max_tokens") == 0)
     if not generate:  # (lm-eval's log-likelihood request: the prompt scored, nothing generated)
         body = {**body, "max_tokens": 1}
-    sampling = read_sampling(body, ROUTE_FIELDS[route], default, vocab)
+    sampling = read_sampling(body, (*ROUTE_FIELDS[route], *FORMAT_FIELDS[route]), default, vocab)
+    settings = sampling.settings.with_(constraint=read_constraint(body, route))
     ignored = list(sampling.ignored)
     if body.get("model") not in (None, "", served):
         ignored.append("model")
@@ -96,7 +100,7 @@ def read_call(route: str, body: Mapping[str, Any], spec: ModelSpec, served: str,
     stream = _bool(body, "stream")
     logprobs, top = _logprobs(route, body)
     prompt, messages, ids = _content(route, body, vocab)
-    request = Request(model=spec, prompt=prompt, messages=messages, prompt_ids=ids, settings=sampling.settings,
+    request = Request(model=spec, prompt=prompt, messages=messages, prompt_ids=ids, settings=settings,
                       n=n, top_n=max(MAX_TOP, top))
     options = body.get("stream_options") or {}
     return Call(route, request, stream, top, logprobs, _mode(body), route == "completions" and _bool(body, "echo"),

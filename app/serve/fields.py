@@ -38,8 +38,9 @@ def _names() -> dict[str, str]:
 
 
 NAMES = _names()  # e.g. repeat_penalty -> repetition_penalty, samplers -> order, dry_sequence_breakers -> dry_breakers
+NAMES["thinking_budget"] = "think_budget"  # (Qwen's API's name for a reasoning budget; llama.cpp's: reasoning_budget)
 # an engine's own "off" outside our range (vLLM's top_k -1, llama.cpp's top_n_sigma -1) -> our off (the default)
-OFF_VALUES = {row.fields[0]: set(row.off.values()) for row in ROWS if row.off}
+OFF_VALUES = {row.fields[0]: set(row.off.values()) for row in ROWS if row.off} | {"think_budget": {-1}}
 # llama.cpp's `samplers` entries -> our stages (its names where they differ: typ_p); ours are taken as they are
 SAMPLER_NAMES = {**{r.name: r.name for r in ROWS if r.chain},
                  **{name: r.name for r in ROWS for e, name in r.engines.items() if e == "llama.cpp" and name}}
@@ -76,7 +77,9 @@ def read_sampling(body: Mapping[str, Any], handled: Sequence[str], max_tokens: i
 
 
 def _read(theirs: str, ours: str, value: Any, values: dict[str, Any], ignored: list[str], vocab: int) -> None:
-    if ours in FIELD_BY_NAME:
+    if ours == "think_budget" and type(value) is int and value == 0 and theirs != "think_budget":
+        ignored.append(theirs)  # llama.cpp's 0, no thinking at all: ours has no such budget (0 is off)
+    elif ours in FIELD_BY_NAME:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value in OFF_VALUES.get(ours, ()):
             value = FIELD_BY_NAME[ours].default
         if why := FIELD_BY_NAME[ours].refusal(value):
@@ -90,6 +93,10 @@ def _read(theirs: str, ours: str, value: Any, values: dict[str, Any], ignored: l
         values["stop"] = _strings(theirs, [value] if isinstance(value, str) else value, MAX_STOPS)
     elif ours == "dry_breakers":
         values["dry_breakers"] = _strings(theirs, value, 64)
+    elif ours == "think_soft":
+        if not isinstance(value, bool):
+            raise RequestError(f"{theirs} must be true or false, got {value!r}", theirs)
+        values["think_soft"] = value
     elif ours == "logit_bias":
         values["logit_bias"] = _bias(value, vocab)
     elif ours == "order":

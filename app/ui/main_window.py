@@ -155,12 +155,15 @@ class MainWindow(QMainWindow):
         for view in (self.output, self.step_panel, self.timeline, self.metrics, self.model_card, self.branches,
                      self.model_bar, self.prompt, self.sampler, self.controls):
             view.bind(pg)  # each follows the view-model itself; the window only composes
+        self.step_panel.inside_requested.connect(lambda kind: self.tools[kind].open().look_at())
+        self.step_panel.look_ahead_requested.connect(lambda step: self.tools["multiverse"].open().look_from(step))
         for view in (self.output, self.step_panel):
             view.fork_requested.connect(pg.branches.fork)
             view.regenerate_requested.connect(pg.branches.regenerate)
         self.timeline.uncertain_clicked.connect(pg.branches.fork_uncertain)
         pg.loaded.connect(lambda _info: self.prefs.remember_model(self.editing.model.source))
-        for message in (pg.failed, pg.run_error, pg.refused, self.sampler.presets.failed, self.exporter.failed):
+        for message in (pg.failed, pg.run_error, pg.refused, pg.noticed, self.sampler.presets.failed,
+                        self.exporter.failed):
             message.connect(self.banner.show_message)
         pg.opt_in_needed.connect(
             lambda message, opt_in: self.banner.show_message(message, *opt_in_offer(self.model_bar, opt_in)))

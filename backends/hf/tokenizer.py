@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from copy import copy
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -84,28 +85,46 @@ class HFTokenizer:
     def apply_chat_template(self, messages: Sequence[dict[str, str]]) -> str:
         """The messages through the model's template, in transformers' Jinja sandbox and within
         `TEMPLATE_LIMIT_S`; a template that breaks out, errs or loops is a ValueError of one line."""
-        from jinja2.exceptions import SecurityError, TemplateError
-
         if not self.has_chat_template:
             raise ValueError("this model has no chat template: use completion mode")
-        try:
-            with _time_limit(TEMPLATE_LIMIT_S):
-                return self.hf.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
-        except SecurityError as e:
-            what = str(e).removeprefix("access to ").removesuffix(" is unsafe.")
-            raise ValueError(f"this model's chat template tried to access {what}; it was blocked") from None
-        except TemplateTooSlowError:
-            raise ValueError(f"this model's chat template ran for over {TEMPLATE_LIMIT_S:g} s; it was stopped") \
-                from None
-        except RecursionError:
-            raise ValueError("this model's chat template recursed too deeply; it was stopped") from None
-        except TemplateError as e:
-            raise ValueError(f"this model's chat template failed: {_one_line(e)}") from None
-        except Exception as e:  # noqa: BLE001 - the template is the model's code: whatever it raises is its fault
-            raise ValueError(f"this model's chat template failed: {type(e).__name__}: {_one_line(e)}") from None
+        return guarded_template(lambda: self.hf.apply_chat_template(list(messages), tokenize=False,
+                                                                     add_generation_prompt=True))
 
     def stream(self) -> StreamDecoder:
         return StreamDecoder(self)
+
+    def vocabulary_json(self) -> str | None:
+        """The fast tokenizer's own description (the `tokenizers` JSON, added tokens included, without padding or
+        truncation): what a grammar engine builds its token table from (llguidance, as its `hf.from_tokenizer`
+        does). None for a slow tokenizer, which has none."""
+        backend = getattr(self.hf, "backend_tokenizer", None)
+        if backend is None:
+            return None
+        backend = copy(backend)  # (a copy: the model's own keeps its settings)
+        backend.no_padding()
+        backend.no_truncation()
+        return backend.to_str()
+
+
+def guarded_template(render: Callable[[], str]) -> str:
+    """`render()` (a chat template rendering in a Jinja sandbox) within `TEMPLATE_LIMIT_S`; a template that breaks
+    out, errs or loops is a ValueError of one line. Every tokenizer renders its template through this."""
+    from jinja2.exceptions import SecurityError, TemplateError
+
+    try:
+        with _time_limit(TEMPLATE_LIMIT_S):
+            return render()
+    except SecurityError as e:
+        what = str(e).removeprefix("access to ").removesuffix(" is unsafe.")
+        raise ValueError(f"this model's chat template tried to access {what}; it was blocked") from None
+    except TemplateTooSlowError:
+        raise ValueError(f"this model's chat template ran for over {TEMPLATE_LIMIT_S:g} s; it was stopped") from None
+    except RecursionError:
+        raise ValueError("this model's chat template recursed too deeply; it was stopped") from None
+    except TemplateError as e:
+        raise ValueError(f"this model's chat template failed: {_one_line(e)}") from None
+    except Exception as e:  # noqa: BLE001 - the template is the model's code: whatever it raises is its fault
+        raise ValueError(f"this model's chat template failed: {type(e).__name__}: {_one_line(e)}") from None
 
 
 class TemplateTooSlowError(Exception):

@@ -8,10 +8,11 @@ cache is mlx-lm's list of per-layer caches, whose arrays carry the batch on axis
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -30,7 +31,10 @@ from backends.base import (
 from backends.checks import ConfigShape, check_folder
 from backends.gguf import is_gguf
 from backends.hf.tokenizer import HFTokenizer, load_tokenizer
+from backends.mlx.inside import MlxLayers
+from backends.mlx.steer import MlxSteering
 
+T = TypeVar("T")
 DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
 
 
@@ -48,6 +52,7 @@ class MlxOps:
         # host, which makes the trace's record on numpy. On a GPU stream the whole step, record included, is one
         # compiled graph on the device.
         self.host_record = self.stream.device == mx.cpu
+        self._helper: ThreadPoolExecutor | None = None  # `beside`'s thread, made at its first use
 
     def f32(self, x: Any) -> mx.array:
         return x.astype(mx.float32) if isinstance(x, mx.array) else mx.array(np.asarray(x, dtype=np.float32))
@@ -72,6 +77,18 @@ class MlxOps:
 
     def start(self, arrays: list[mx.array]) -> None:
         mx.async_eval(*arrays)
+
+    def beside(self, fn: Callable[[], T]) -> Future[T]:
+        """`fn` (numpy only: no MLX call) run on a helper thread, on a CPU stream: there `start` holds this thread
+        until the device has nearly run what it queued (MLX caps the tasks in flight), with the GIL released, so
+        the step's record is made while the next forward runs rather than after it. Elsewhere, run here now."""
+        if not self.host_record:
+            done: Future[T] = Future()
+            done.set_result(fn())
+            return done
+        if self._helper is None:
+            self._helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="logitlab-record")
+        return self._helper.submit(fn)
 
     def where(self, cond: mx.array, a: Any, b: Any) -> mx.array:
         return mx.where(cond, a, b)
@@ -128,7 +145,7 @@ class MlxOps:
         return mx.stack([x if isinstance(x, mx.array) else mx.array(x) for x in xs])
 
 
-class MlxModel:
+class MlxModel(MlxLayers, MlxSteering):  # (the lens and attention: mlx/inside.py; steering: mlx/steer.py)
     capabilities = LOCAL
 
     def __init__(self, model: nn.Module, tokenizer: HFTokenizer, info: ModelInfo) -> None:

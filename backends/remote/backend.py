@@ -40,9 +40,9 @@ from backends.remote.http import (
     where,
 )
 from backends.remote.logprobs import drawn_tokens, entries
-from backends.remote.replies import End, _choice, _end, _model_list, _text
+from backends.remote.replies import End, _choice, _end, _model_list, _reasoning, _text
 from backends.remote.sse import _json, _lines, sse_events
-from backends.remote.tokens import Token, TokenMaker, UnalignedError
+from backends.remote.tokens import Token, TokenMaker, UnalignedError, thinking
 from backends.remote.vocab import Vocab
 
 COMPLETIONS, CHAT = "/completions", "/chat/completions"
@@ -202,7 +202,8 @@ class RemoteModel:
                 choice = _choice(msg)
                 if choice is None:
                     continue
-                text = _text(choice)
+                reasoning = _reasoning(choice)
+                text = reasoning + _text(choice)  # (the entries cover both: the reasoning first)
                 found = entries(choice)
                 if found is None and text:
                     if got == 0 and self._learnt.streams_logprobs is not True:
@@ -211,7 +212,7 @@ class RemoteModel:
                     raise RemoteError(f"the server stopped sending log-probabilities (after {got} tokens)")
                 if found:
                     self._learnt.streams_logprobs = True
-                    for token in maker.tokens(found, text):
+                    for token in thinking(maker.tokens(found, text), len(reasoning)):
                         got += 1
                         yield token
         if text_only:
@@ -225,6 +226,8 @@ class RemoteModel:
     def _whole(self, endpoint: str, body: dict, top_n: int) -> Iterator[Token | End]:
         msg, said, choice = self._answer(endpoint, {**body, **self._logprob_params(endpoint, top_n)})
         with self._errors(endpoint=endpoint):  # (a malformed answer is one line, as a malformed stream is)
+            reasoning = _reasoning(choice)
+            said = reasoning + said
             found = entries(choice)
             if not found:
                 raise RemoteError("the server returned no log-probabilities: it cannot drive the charts (vLLM, "
@@ -233,6 +236,7 @@ class RemoteModel:
                 tokens = TokenMaker(self.vocab).tokens(found, said)
             except UnalignedError as e:  # (mlx_lm.server lists the top-N of each step, not the token it drew)
                 tokens = TokenMaker(self.vocab).tokens(found, said, self._drawn(endpoint, body, said, e))
+            tokens = thinking(tokens, len(reasoning))
             end = _end(msg, None) or End("stop")
         yield from tokens
         yield end
@@ -272,6 +276,7 @@ class RemoteModel:
         if not self.vocab.knows_vocabulary:
             raise unaligned
         _, again, choice = self._answer(endpoint, {**body, "logprobs": True, "top_logprobs": 0})
+        again = _reasoning(choice) + again
         drawn = drawn_tokens(choice)
         if again != said or not drawn:
             raise UnalignedError(f"{unaligned} (asked again for the tokens it drew, the server answered "

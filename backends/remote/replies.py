@@ -81,6 +81,26 @@ def _text(choice: dict) -> str:
     return text or ""
 
 
+# a thinking model's reasoning, apart from its content: reasoning_content (llama.cpp's server and vLLM's reasoning
+# parsers, DeepSeek's API), reasoning (newer vLLM, OpenRouter)
+REASONING_FIELDS = ("reasoning_content", "reasoning")
+
+
+def _reasoning(choice: dict) -> str:
+    """A choice's reasoning text (its delta's or message's `reasoning_content` or `reasoning`): what a server that
+    separates a thinking model's think span from its answer sends of the span; "" where it has none."""
+    key = next((k for k in ("delta", "message") if isinstance(choice.get(k), dict)), None)
+    if key is None:
+        return ""
+    for name in REASONING_FIELDS:
+        text = choice[key].get(name)
+        if text is not None and not isinstance(text, str):
+            raise MalformedError(f"choices[0].{key}.{name} is not text: {_said(text)}")
+        if text:
+            return text
+    return ""
+
+
 def _end(msg: dict, end: End | None) -> End | None:
     """The finish a chunk reports, if any; a reason that is not a string, a token count that is not a count (a
     string, negative, a float, NaN) and a stop reason that is neither a string nor an int are ignored."""

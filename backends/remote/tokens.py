@@ -10,7 +10,7 @@ from __future__ import annotations
 import codecs
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from backends.remote.logprobs import MalformedError, _Cand, _Entry
 from backends.remote.vocab import Vocab
@@ -31,6 +31,16 @@ class Token:
     text: str  # what it adds to the output (a half character waits for the token that completes it)
     logprob: float | None  # of the drawn token (None: the server did not report it)
     top: tuple[Candidate, ...]  # by log-probability, descending
+    think: bool = False  # reported as the model's reasoning (`reasoning_content`), apart from its answer
+
+
+def thinking(tokens: list[Token], chars: int) -> list[Token]:
+    """`tokens` of a text whose first `chars` characters were the model's reasoning: those that begin there marked."""
+    out, at = [], 0
+    for t in tokens:
+        out.append(replace(t, think=True) if at < chars else t)
+        at += len(t.text)
+    return out
 
 
 def align(choices: Sequence[Sequence[_Cand]], text: bytes) -> list[tuple[int, int]] | None:

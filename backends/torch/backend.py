@@ -35,7 +35,9 @@ from backends.ops import NUMPY
 from backends.threads import choose_threads
 from backends.torch.fast import FastLlama, supports
 from backends.torch.host import HostCopies
+from backends.torch.inside import TorchLayers
 from backends.torch.static import compile_sampler
+from backends.torch.steer import TorchSteering
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 DEFAULT_THREADS = torch.get_num_threads()  # torch's own choice (physical cores), before any rule set one
@@ -162,7 +164,7 @@ def cache_argument(model: Any) -> str:
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
-class TorchModel:
+class TorchModel(TorchLayers, TorchSteering):  # (the lens and attention: torch/inside.py; steering: torch/steer.py)
     """transformers' model behind the backend interface; Llama-family models run the lean `FastLlama` forward.
 
     On the CPU the sampler runs on numpy over a zero-copy view of the logits: for one vector per step numpy's

@@ -88,6 +88,9 @@ class FastLlama:
         # (43 vs 20 GB/s read, measured on the 0.1B's matrices). On a GPU: CUDA graphs (`torch_static`).
         self.compiled = CompiledSteps(self, len(layers), (self.kv_heads, self.static_len, self.head_dim),
                                       self.dtype, self.device) if self.static_len else None
+        self.watch = False  # keep each forward's last position's residual stream (the live lens: torch/inside.py)
+        self.states: torch.Tensor | None = None  # (B, layers + 1, hidden): the embeddings, then each layer's output
+        self.adds: dict[int, torch.Tensor] = {}  # layer -> (B, 1, hidden) added to its output (torch/steer.py)
 
     def _layer(self, layer: Any) -> Weights:
         a, mlp = layer.self_attn, layer.mlp
@@ -152,7 +155,8 @@ class FastLlama:
             raise ValueError(f"the context holds {self.max_len} tokens")
         self._reserve(cache, b, p + t)
         if (self.compiled is not None and t == 1 and b in self.compiled.sizes and positions == "last"
-                and cache.k[0].shape[2] == self.static_len):  # other shapes would compile again: eager
+                and cache.k[0].shape[2] == self.static_len and not self.watch
+                and not self.adds):  # other shapes would compile again: eager
             cache.pos = p + 1
             return self.compiled.run(ids, p, cache)
         w = self.w
@@ -161,12 +165,19 @@ class FastLlama:
         mask = None
         if t > 1:  # prefill: causal over the new tokens, everything before them visible
             mask = torch.ones(t, p + t, dtype=torch.bool, device=x.device).tril(p)
+        states = [x.view(b, t, -1)[:, -1]] if self.watch else None
         for i, layer in enumerate(w.layers):
             q, k, v = self._qkv(layer, F.rms_norm(x, (x.shape[-1],), layer.ln1, self.eps), b, cos, sin)
             cache.k[i][:, :, p : p + t] = k
             cache.v[i][:, :, p : p + t] = v
             x = x + self._attend(layer, q, cache.k[i][:, :, : p + t], cache.v[i][:, :, : p + t], mask)
             x = x + self._mlp(layer, x)
+            if i in self.adds:
+                x = (x.view(b, t, -1) + self.adds[i]).view(b * t, -1)
+            if states is not None:
+                states.append(x.view(b, t, -1)[:, -1])
+        if states is not None:
+            self.states = torch.stack(states, 1)
         cache.pos = p + t
         if positions == "last":
             x = x.view(b, t, -1)[:, -1]  # (b, hidden)

@@ -1,6 +1,7 @@
 """Which backend "auto" means, resolved in one place (`backends.resolve_name`) for the model thread, the CLI and
-the model bar: MLX on Apple Silicon and torch elsewhere, but torch for a .gguf file wherever it runs (MLX
-cannot open one). The platform is an argument here, so Apple Silicon's choice is tested on any machine."""
+the model bar: MLX on Apple Silicon and torch elsewhere, but for a .gguf file llama.cpp where it is installed, else
+torch, wherever it runs (MLX cannot open one). The platform is an argument here, so Apple Silicon's choice is tested
+on any machine."""
 
 from __future__ import annotations
 
@@ -10,19 +11,21 @@ from backends import installed, is_gguf_source, resolve_name
 from backends.base import ModelLoadError
 
 both = pytest.mark.skipif(not (installed("mlx") and installed("torch")), reason="needs both backends installed")
+GGUF = "llamacpp" if installed("llamacpp") else "torch"  # what a .gguf file opens on under auto
 
 
 @both
 @pytest.mark.parametrize(("source", "apple", "want"), [
-    ("/models/qwen2.5-0.5b-q8_0.gguf", True, "torch"),  # the case that picked MLX, which refuses GGUF
-    ("C:/Models/Llama.Q4_K_M.GGUF", True, "torch"),
-    ("/models/qwen2.5-0.5b-q8_0.gguf", False, "torch"),
+    ("/models/qwen2.5-0.5b-q8_0.gguf", True, GGUF),  # the case that picked MLX, which refuses GGUF
+    ("C:/Models/Llama.Q4_K_M.GGUF", True, GGUF),
+    ("/models/qwen2.5-0.5b-q8_0.gguf", False, GGUF),
     ("/models/Qwen2.5-0.5B", True, "mlx"),  # a model folder on Apple Silicon: MLX, as before
     ("Qwen/Qwen2.5-0.5B-Instruct-GGUF", True, "mlx"),  # a hub repo of GGUF files is a folder id, not a file
     ("/models/Qwen2.5-0.5B", False, "torch"),
     ("builtin", True, "mlx"),
 ])
-def test_auto_picks_torch_for_a_gguf_file_and_mlx_on_apple_silicon_otherwise(source: str, apple: bool, want: str):
+def test_auto_picks_llama_cpp_or_torch_for_a_gguf_file_and_mlx_on_apple_silicon_otherwise(source: str, apple: bool,
+                                                                                          want: str):
     assert resolve_name("auto", source, apple=apple) == want
 
 
@@ -40,3 +43,11 @@ def test_an_unknown_backend_is_refused_by_name():
 def test_a_gguf_source_is_a_file_name_ending_in_gguf():
     assert is_gguf_source("/a/b.gguf") and is_gguf_source(" B.GGUF ")
     assert not is_gguf_source("/a/gguf") and not is_gguf_source("owner/repo-GGUF") and not is_gguf_source("")
+
+
+def test_without_llama_cpp_or_torch_a_gguf_file_says_what_to_install(monkeypatch: pytest.MonkeyPatch):
+    import backends
+
+    monkeypatch.setattr(backends, "installed", lambda name: name == "mlx")
+    with pytest.raises(ModelLoadError, match=r'opens on the llama.cpp backend .* pip install "logitlab\[llamacpp\]"'):
+        resolve_name("auto", "/m/x.gguf")

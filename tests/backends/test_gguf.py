@@ -26,73 +26,15 @@ from app.core.events import Request, Step
 from app.core.models.catalog import estimate_memory, scan_cache, scan_folder
 from app.core.models.catalog import main as models_main
 from app.core.settings import SamplerSettings
+from backends import installed
 from backends.base import LoadOptions, ModelLoadError
 from backends.gguf import GGML_TYPES, TRANSFORMERS_TYPES, read_gguf
 from tests.backends.test_model_files import ENV, place_in_hf_cache
+from tests.gguf_files import GGUF_BACKENDS, write_gguf
 from tests.tiny import LOCAL_BACKENDS
 
 gguf = pytest.importorskip("gguf")
 CPU32 = LoadOptions(device="cpu", dtype="float32")
-
-
-def permute(w: np.ndarray, heads: int) -> np.ndarray:
-    """llama.cpp's row order for Llama's q / k projections (convert_hf_to_gguf.py), which loaders undo."""
-    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-
-def write_gguf(src: Path, dst: Path, quant: str = "F32") -> Path:
-    """The Llama in `src` as llama.cpp writes it: its dimensions, its byte-level BPE tokenizer, its tensors under
-    GGUF names (2-D ones as `quant`, norms in F32)."""
-    from safetensors.numpy import load_file
-
-    cfg = json.loads((src / "config.json").read_text())
-    heads, kv_heads, layers = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["num_hidden_layers"]
-    w = gguf.GGUFWriter(str(dst), "llama")
-    w.add_name(src.name)
-    w.add_context_length(cfg["max_position_embeddings"])
-    w.add_embedding_length(cfg["hidden_size"])
-    w.add_block_count(layers)
-    w.add_feed_forward_length(cfg["intermediate_size"])
-    w.add_head_count(heads)
-    w.add_head_count_kv(kv_heads)
-    w.add_rope_dimension_count(cfg["hidden_size"] // heads)
-    w.add_rope_freq_base((cfg.get("rope_parameters") or cfg)["rope_theta"])
-    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
-    w.add_vocab_size(cfg["vocab_size"])
-    add_tokenizer(w, src, cfg)
-    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, layers)
-    for hf_name, t in sorted(load_file(src / "model.safetensors").items()):
-        base, suffix = hf_name.rsplit(".", 1)
-        t = permute(t, heads) if "q_proj" in base else permute(t, kv_heads) if "k_proj" in base else t
-        add_tensor(w, f"{names.get_name(base)}.{suffix}", t.astype(np.float32), quant if t.ndim == 2 else "F32")
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return dst
-
-
-def add_tokenizer(w, src: Path, cfg: dict) -> None:
-    tok = json.loads((src / "tokenizer.json").read_text())
-    special = {a["id"]: a["content"] for a in tok["added_tokens"]}
-    vocab = {i: t for t, i in tok["model"]["vocab"].items()} | special
-    w.add_tokenizer_model("gpt2")
-    w.add_token_list([vocab[i] for i in range(len(vocab))])
-    w.add_token_types([3 if i in special else 1 for i in range(len(vocab))])  # 3: control, 1: normal
-    w.add_token_merges([" ".join(m) if isinstance(m, list) else m for m in tok["model"]["merges"]])
-    w.add_bos_token_id(cfg["bos_token_id"])
-    w.add_eos_token_id(cfg["eos_token_id"])
-    template = src / "chat_template.jinja"
-    if template.exists():
-        w.add_chat_template(template.read_text())
-
-
-def add_tensor(w, name: str, t: np.ndarray, quant: str) -> None:
-    qtype = gguf.GGMLQuantizationType[quant]
-    if quant == "F32":
-        w.add_tensor(name, t)
-    else:
-        w.add_tensor(name, gguf.quants.quantize(t, qtype), raw_dtype=qtype)
 
 
 @pytest.fixture(scope="module")
@@ -335,7 +277,7 @@ def test_a_listing_names_each_bad_file_and_lists_the_rest(gguf_dir: Path, tiny_p
     (folder / "typed" / "config.json").write_text(json.dumps({**config, "model_type": 5}))
     (folder / "typed" / "gone.bin").symlink_to(folder / "nothing")  # a model folder's dangling link
     entries = {Path(e.source).name: e for e in scan_folder(folder)}
-    assert entries["tiny.gguf"].backends == ("torch",) and not entries["tiny.gguf"].problem
+    assert entries["tiny.gguf"].backends == GGUF_BACKENDS and not entries["tiny.gguf"].problem
     for name, says in [("aligned-0.gguf", "general.alignment is 0"), ("deep.gguf", "nested more than 8 deep"),
                        ("gone.gguf", "No such file or directory"), ("typed", "model_type is 5; it must be text")]:
         assert entries[name].model_type == "?" and entries[name].backends == () and says in entries[name].problem
@@ -396,20 +338,23 @@ def rewritten(src: Path, dst: Path, **metadata) -> Path:
     return dst
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"architecture": "deepseek2"}, "is a 'deepseek2' model: transformers cannot load GGUF files of that"),
-    ({"tokenizer.ggml.model": None, "tokenizer.ggml.tokens": None}, "has no tokenizer in its metadata"),
-    ({"llama.block_count": 0}, "llama.block_count is 0; it must be a whole number of at least 1"),
-    ({"name": "odd-00001-of-00002.gguf"}, "is one part of a split GGUF, and transformers loads whole files only"),
+@pytest.mark.parametrize(("change", "message", "llama_cpp_lists_it"), [
+    ({"architecture": "deepseek2"}, "is a 'deepseek2' model: transformers cannot load GGUF files of that", True),
+    ({"tokenizer.ggml.model": None, "tokenizer.ggml.tokens": None}, "has no tokenizer in its metadata", False),
+    ({"llama.block_count": 0}, "llama.block_count is 0; it must be a whole number of at least 1", False),
+    ({"name": "odd-00001-of-00002.gguf"}, "is one part of a split GGUF, and transformers loads whole files only",
+     True),  # (llama.cpp opens a split file by its first part)
 ])
-def test_a_gguf_torch_cannot_read_says_why(gguf_dir: Path, tmp_path: Path, change: dict, message: str):
+def test_a_gguf_torch_cannot_read_says_why(gguf_dir: Path, tmp_path: Path, change: dict, message: str,
+                                           llama_cpp_lists_it: bool):
     from backends.torch.backend import TorchBackend
 
     name = change.pop("name", "odd.gguf")
     path = rewritten(gguf_dir / "tiny-f32.gguf", tmp_path / name, **change)
     with pytest.raises(ModelLoadError, match=message):
         TorchBackend().load(path, CPU32)
-    assert scan_folder(tmp_path)[0].backends == ()
+    listed = ("llamacpp",) if llama_cpp_lists_it and installed("llamacpp") else ()
+    assert scan_folder(tmp_path)[0].backends == listed
 
 
 def test_mlx_refuses_a_gguf_file_and_points_to_torch(gguf_dir: Path):
@@ -440,7 +385,7 @@ def test_the_hf_cache_listing_finds_gguf_repos_and_names_them_by_repo_and_file(g
     q8, f32 = entries
     assert f32.source == str(snapshot / "tiny-f32.gguf")  # what to type: the file, which `resolve` opens as is
     assert f32.size_bytes == (gguf_dir / "tiny-f32.gguf").stat().st_size
-    assert (f32.model_type, f32.backends, f32.quantization) == ("llama", ("torch",), "GGUF F32")
+    assert (f32.model_type, f32.backends, f32.quantization) == ("llama", GGUF_BACKENDS, "GGUF F32")
     assert q8.quantization == "GGUF Q8_0" and q8.size_bytes < f32.size_bytes / 3
 
 
@@ -455,7 +400,7 @@ def test_a_users_folder_lists_gguf_files_and_model_folders_three_levels_down(ggu
     shutil.copy(gguf_dir / "tiny-f32.gguf", tmp_path / "lmstudio" / ".hidden")
     entries = scan_folder(tmp_path / "lmstudio")
     assert [(e.label, e.backends) for e in entries] == [
-        ("someone/Tiny-GGUF/tiny-q8_0.gguf", ("torch",)),
+        ("someone/Tiny-GGUF/tiny-q8_0.gguf", GGUF_BACKENDS),
         ("", LOCAL_BACKENDS),
     ]
     assert entries[1].source == str(tmp_path / "lmstudio" / "tiny-llama")
@@ -465,9 +410,9 @@ def test_logitlab_models_lists_the_folders_it_is_given(gguf_dir: Path, tmp_path:
     assert models_main(["--cache-dir", str(tmp_path / "empty"), "--folder", str(gguf_dir)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["model", "size", "type", "backends", "quantization"]
-    assert [x.split()[0] for x in lines[1:3]] == ["builtin", "builtin-draft"]  # the shipped models first
-    assert [line.split()[0] for line in lines[3:]] == [str(gguf_dir / n) for n in ("tiny-f32.gguf", "tiny-q8_0.gguf")]
-    assert lines[3].split()[3:] == ["llama", "torch", "GGUF", "F32"]
+    assert [x.split()[0] for x in lines[1:4]] == ["builtin", "builtin-draft", "builtin-thinking"]  # shipped first
+    assert [line.split()[0] for line in lines[4:]] == [str(gguf_dir / n) for n in ("tiny-f32.gguf", "tiny-q8_0.gguf")]
+    assert lines[4].split()[3:] == ["llama", ",".join(GGUF_BACKENDS), "GGUF", "F32"]
     assert models_main(["--cache-dir", str(tmp_path / "empty"), "--folder", str(tmp_path / "nope")]) == 2
     assert capsys.readouterr().err.strip() == f"logitlab models: error: no folder {tmp_path / 'nope'}"
 
@@ -481,13 +426,13 @@ def test_the_picker_lists_the_users_folders_and_adds_one(qtbot, gguf_dir: Path, 
     picker = ModelPicker([], cache_dir=str(tmp_path / "empty"), folders=[str(gguf_dir)])
     qtbot.addWidget(picker)
     names = [picker.table.item(r, 0).text() for r in range(picker.table.rowCount())]
-    assert names[1:] == ["tiny-f32.gguf", "tiny-q8_0.gguf"]
-    assert picker.table.item(1, 3).text() == "torch" and picker.table.item(2, 4).text() == "GGUF Q8_0"
+    assert names[2:] == ["tiny-f32.gguf", "tiny-q8_0.gguf"]  # after the built-in model and the thinking one
+    assert picker.table.item(2, 3).text() == ", ".join(GGUF_BACKENDS) and picker.table.item(3, 4).text() == "GGUF Q8_0"
     picker.open_folder(str(more))  # a folder of models: listed, its first selected, remembered
-    assert picker.table.item(3, 0).text() == "other.gguf" and picker.choice == str(more / "other.gguf")
+    assert picker.table.item(4, 0).text() == "other.gguf" and picker.choice == str(more / "other.gguf")
     assert picker.folders == [str(gguf_dir), str(more)] and picker.hint.text() == f"1 model in {more}"
     picker.open_folder(str(tmp_path / "empty"))
-    assert picker.hint.text().startswith("No model folders or .gguf files in") and picker.table.rowCount() == 4
+    assert picker.hint.text().startswith("No model folders or .gguf files in") and picker.table.rowCount() == 5
     picker.open_folder(str(tiny_path))  # a model folder itself: chosen
     assert picker.choice == str(tiny_path) and picker.result() == picker.DialogCode.Accepted
 
@@ -495,11 +440,13 @@ def test_the_picker_lists_the_users_folders_and_adds_one(qtbot, gguf_dir: Path, 
 # -- the memory check and the tables kept in step with the libraries -------------------------------------------
 
 
-def test_the_memory_check_counts_a_gguf_dequantized_to_float32(gguf_dir: Path, torch_model):
+def test_the_memory_check_counts_a_gguf_as_the_backend_auto_picks_holds_it(gguf_dir: Path, torch_model):
+    """llama.cpp runs the file's own tensors; torch dequantizes them to float32 (4 bytes a parameter)."""
     for name in ("tiny-f32.gguf", "tiny-q8_0.gguf"):
         est = estimate_memory(gguf_dir / name)
         assert est.parameters == torch_model.info.parameters
-        assert est.weight_bytes == 4 * est.parameters
+        on_llamacpp = installed("llamacpp")
+        assert est.weight_bytes == (read_gguf(gguf_dir / name).tensor_bytes if on_llamacpp else 4 * est.parameters)
         assert est.kv_bytes_per_1k_tokens == 1000 * torch_model.info.kv_bytes_per_token // 2  # float16 budget
 
 

@@ -26,7 +26,7 @@ from backends.ops import NUMPY
 EVERY_STAGE_ON = SamplerSettings(temperature=0.9, top_k=40, top_p=0.95, min_p=0.01, typical_p=0.99, top_n_sigma=3.0,
                                  epsilon_cutoff=0.0001, eta_cutoff=0.0001, xtc_probability=0.5, xtc_threshold=0.3,
                                  dynatemp_range=0.2, dry_multiplier=0.5, mirostat_tau=8.0, logit_bias=((3, 1.0),),
-                                 repetition_penalty=1.1)
+                                 repetition_penalty=1.1, think_budget=64, think_soft=True)
 
 
 def test_every_stage_an_order_can_name_is_one_row_with_its_function():
@@ -34,7 +34,9 @@ def test_every_stage_an_order_can_name_is_one_row_with_its_function():
     for chain in (*ORDER_CHAINS.values(), *ENGINE_CHAINS.values()):
         assert set(chain) <= set(STAGES) and len(set(chain)) == len(chain)
     assert sorted(ORDER_CHAINS["temperature-last"]) == sorted(STAGES)
-    assert set(BUILDERS) == set(STAGES)  # the sampler builds each stage of the table, under its name
+    # the sampler builds each stage of the table, under its name (and those placed by their settings, not the order:
+    # a constraint's grammar, a soft think budget)
+    assert set(STAGES) <= set(BUILDERS) <= set(RECORD_NAMES)
     assert set(ORDER_LABELS) == {*ORDER_CHAINS, *ENGINES} and all(parse_order(v) for v in ORDER_LABELS)
 
 

@@ -56,8 +56,8 @@ def greedy_first_token(path: Path, prompt: str) -> int:
     return next(e.token_id for e in generate(model, request, threading.Event()) if isinstance(e, Step))
 
 
-@pytest.mark.parametrize("name", ["builtin-model", "builtin-draft"])
-def test_the_bundle_carries_the_builtin_model_and_its_draft(bundle: Path, name: str):
+@pytest.mark.parametrize("name", ["builtin-model", "builtin-draft", "builtin-thinking"])
+def test_the_bundle_carries_the_builtin_models(bundle: Path, name: str):
     shipped = bundle.parent / "_internal" / "resources" / name
     for f in (BUILTIN_PATH.parent / name).iterdir():
         assert (shipped / f.name).read_bytes() == f.read_bytes(), f.name

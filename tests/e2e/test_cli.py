@@ -214,7 +214,8 @@ def test_models_lists_the_builtin_model_first_as_the_picker_does(tmp_path: Path)
     assert builtin.split()[:2] == ["builtin", "11"] and builtin.split()[3:5] == ["llama", "mlx,torch"]
     assert "No models in the Hugging Face cache yet" in rest[-1]
     listed = json.loads(logitlab("models", "--cache-dir", str(tmp_path / "empty-cache"), "--json", env=env).stdout)
-    assert [e["source"] for e in listed] == ["builtin", "builtin-draft"] and listed[0]["size_bytes"] > 5_000_000
+    assert [e["source"] for e in listed] == ["builtin", "builtin-draft", "builtin-thinking"]
+    assert listed[0]["size_bytes"] > 5_000_000
 
 
 def test_help_names_every_command_and_explains_every_flag():

@@ -1,9 +1,9 @@
 """Small things a user meets in the window, each as it should be: the model bar resolves "auto" for the model
-it names (torch for a .gguf file, on Apple Silicon too); the folders of models added in the picker are there at
-the next start (and in `logitlab models`); `--threads N` shows in the bar, and the model card names the threads;
-the remote server's URL and concurrency come back at the next start; with a model on a server, the prompt editor
-says why it shows no token count; presets and preferences nested too deeply for json leave the window starting on
-its defaults, with a message."""
+it names (llama.cpp, else torch, for a .gguf file, on Apple Silicon too); the folders of models added in the
+picker are there at the next start (and in `logitlab models`); `--threads N` shows in the bar, and the model card
+names the threads; the remote server's URL and concurrency come back at the next start; with a model on a server,
+the prompt editor says why it shows no token count; presets and preferences nested too deeply for json leave the
+window starting on its defaults, with a message."""
 
 from __future__ import annotations
 
@@ -39,7 +39,8 @@ def test_on_apple_silicon_auto_shows_torchs_threads_for_a_gguf_file_and_mlxs_qua
     bar.set_backend("auto")
     assert bar.engine() == "mlx" and bar.quantize.isVisibleTo(bar) and not bar.threads.isVisibleTo(bar)
     bar.model.setCurrentText("/models/qwen2.5-0.5b-q8_0.gguf")  # typed or chosen: the fields follow
-    assert bar.engine() == "torch" and bar.threads.isVisibleTo(bar) and not bar.quantize.isVisibleTo(bar)
+    gguf_engine = "llamacpp" if installed("llamacpp") else "torch"  # llama.cpp where it is installed
+    assert bar.engine() == gguf_engine and bar.threads.isVisibleTo(bar) and not bar.quantize.isVisibleTo(bar)
     bar.model.setCurrentText("/models/Qwen2.5-0.5B")
     assert bar.engine() == "mlx" and bar.quantize.isVisibleTo(bar)
 
@@ -80,7 +81,7 @@ def test_logitlab_models_lists_the_folders_added_in_the_window(tiny_path: Path, 
     empty = ["models", "--cache-dir", str(tmp_path / "no-cache")]
     assert cli_main(empty) == 0
     sources = [line.split()[0] for line in capsys.readouterr().out.splitlines()[1:]]
-    assert sources == ["builtin", "builtin-draft", str((folder / "tiny-llama").resolve())]
+    assert sources == ["builtin", "builtin-draft", "builtin-thinking", str((folder / "tiny-llama").resolve())]
     assert cli_main([*empty, "--folder", str(folder)]) == 0  # given as well: listed once
     assert capsys.readouterr().out.count("tiny-llama") == 1
 

@@ -213,9 +213,9 @@ def test_the_model_picker_lists_the_hf_cache_and_validates_hub_ids(qtbot, tiny_p
     picker = ModelPicker(["/some/recent"], cache_dir=str(cache))
     qtbot.addWidget(picker)
     sources = [e.source for e in picker.entries]
-    assert sources == ["builtin", "someone/tiny-llama", "/some/recent"]
-    assert picker.table.item(1, 3).text() == ", ".join(LOCAL_BACKENDS)
-    picker.table.selectRow(1)
+    assert sources == ["builtin", "builtin-thinking", "someone/tiny-llama", "/some/recent"]
+    assert picker.table.item(2, 3).text() == ", ".join(LOCAL_BACKENDS)
+    picker.table.selectRow(2)
     assert picker.choice == "someone/tiny-llama"
     picker.hub.setText("not a hub id")
     assert not picker.buttons.button(picker.buttons.StandardButton.Ok).isEnabled()

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from app.core.codegen.engine_notes import filters, missing_note, order_matters, seed_note, top_p_zero_note
 from app.core.events import Message
 from app.core.models.sources import BUILTIN_NAME, BUILTIN_PATH, is_builtin
-from app.core.remote.server_request import DIALECTS, EXTENSIONS, request_fields
+from app.core.remote.server_request import DIALECTS, EXTENSIONS, request_fields, without_refused
 from app.core.settings import SamplerSettings, StageOrder
 from app.core.stage_table import STAGE
 
@@ -270,7 +270,8 @@ def openai_body(req: CodeRequest) -> tuple[dict, dict]:
         body.update(prompt=req.prompt, logprobs=req.top_logprobs)
     else:
         body.update(messages=_messages(req), logprobs=True, top_logprobs=req.top_logprobs)
-    fields = request_fields(req.settings, req.seed)  # what the app sends a server it does not recognise
+    settings, _ = without_refused(req.settings, chat=req.messages is not None)  # (its refusal: a note)
+    fields = request_fields(settings, req.seed, chat=req.messages is not None)  # what the app sends an unknown server
     extra = {k: fields.pop(k) for k in EXTENSIONS if k in fields}
     return {**body, **fields}, extra
 
@@ -292,6 +293,7 @@ def openai_notes(req: CodeRequest) -> list[str]:
         notes.append(f"logprobs {req.top_logprobs}: OpenAI's /v1/completions returns at most 5; vLLM up to its "
                      "--max-logprobs (20).")
     notes.append("vLLM reports the model's raw log-probabilities by default (before penalties and temperature).")
+    notes.append(without_refused(s, chat=req.messages is not None)[1])
     return [n for n in notes if n]
 
 
@@ -342,7 +344,7 @@ def llama_cpp_body(req: CodeRequest) -> dict:
     """The body of llama.cpp's /completion: what the app sends its server (`request_fields`, one mapping), with
     /completion's own names for the length and the logit bias, and its log-probabilities and prompt cache."""
     s = req.settings
-    sent = request_fields(s, req.seed, dialect=DIALECTS["llama.cpp"])
+    sent = request_fields(without_refused(s, DIALECTS["llama.cpp"])[0], req.seed, dialect=DIALECTS["llama.cpp"])
     body = {"prompt": req.rendered if req.messages is not None and req.rendered else req.prompt,
             "n_predict": sent.pop("max_tokens"), **sent, "repeat_last_n": -1, "n_probs": req.top_logprobs}
     if s.logit_bias:
@@ -366,6 +368,7 @@ def llama_cpp_notes(req: CodeRequest) -> list[str]:
                      "it" if req.rendered else "/completion takes a rendered prompt: load the model to fill it in, "
                      "or use /v1/chat/completions.")
     notes.append(seed_note(s, "llama.cpp"))
+    notes.append(without_refused(s, DIALECTS["llama.cpp"])[1])
     notes.append("n_probs: the model's probabilities before sampling (add \"post_sampling_probs\": true for the "
                  "final ones).")
     return [n for n in notes if n]

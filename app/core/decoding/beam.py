@@ -20,6 +20,7 @@ from backends.base import LoadedModel
 
 if TYPE_CHECKING:
     from app.core.record.trace import StepTrace
+    from app.core.sampler.constraint import Matcher
 
 MAX_WIDTH = 8
 # length ** penalty stays a float32 for any length max_tokens allows (100,000 ** 5 = 1e25; ** 8 would overflow)
@@ -134,12 +135,16 @@ class BeamSearch:
 
     `logits` (1, V) are the prompt's last position's; `cache` holds the prompt in one row, and is reordered into
     `width` rows as the search goes (the caller passes a cache it may give up). `max_tokens` is the length limit
-    after any context cap.
+    after any context cap. A constraint's `grammar` (a matcher after the prompt) constrains every beam: each row has
+    its own copy, which follows the row's beam as the rows are reordered, and the tokens it does not allow are
+    banned (-inf, as a ban of no-repeat's).
     """
 
     def __init__(self, model: LoadedModel, prompt_ids: Sequence[int], logits: Any, cache: Any,
-                 settings: BeamSettings, eos_ids: frozenset[int], max_tokens: int | None = None) -> None:
+                 settings: BeamSettings, eos_ids: frozenset[int], max_tokens: int | None = None,
+                 grammar: Matcher | None = None) -> None:
         self.model, self.cache, self.settings = model, cache, settings
+        self._grammars = [grammar] if grammar is not None else []  # per row
         self.prompt = list(prompt_ids)
         self.eos = np.array(sorted(eos_ids), dtype=np.int64)
         self.max_tokens = max_tokens if max_tokens is not None else settings.max_tokens
@@ -174,6 +179,8 @@ class BeamSearch:
         if n:
             for row, tokens in enumerate(self._live.tokens):
                 logp[row, banned_tokens(self.prompt + list(tokens), n)] = -np.inf
+        for row, (tokens, grammar) in enumerate(zip(self._live.tokens, self._grammars, strict=False)):
+            logp[row, grammar.mask([*self.prompt, *tokens])[: logp.shape[1]] == 0] = -np.inf
         return logp
 
     def _cut(self, t: int, logp: np.ndarray) -> tuple[BeamStep, list[Candidate]]:
@@ -196,6 +203,11 @@ class BeamSearch:
             fates[b, tok] = Candidate(b, tok, float(logp[b, tok]), float(cum[b, tok]), "finished", score=score)
         step = BeamStep(t, tuple(float(x) for x in live.scores), _record(logp, cum, k, fates), k)
         kept_c = [fates[int(beams[j]), int(tokens[j])] for j in kept]
+        if self._grammars:  # each row's matcher follows its beam (a beam kept twice: copied)
+            old, self._grammars = self._grammars, []
+            for i, c in enumerate(kept_c):
+                taken = any(d.beam == c.beam for d in kept_c[:i])
+                self._grammars.append(old[c.beam].fork() if taken else old[c.beam])
         live.tokens = [live.tokens[c.beam] + (c.token,) for c in kept_c]
         live.scores = cum.reshape(-1)[top[kept]].astype(np.float32)
         return step, kept_c

@@ -21,9 +21,11 @@ from typing import Any, cast
 
 from app.core.decoding.batch import PromptTokens, decode_batches, replay, start_batch
 from app.core.decoding.prefill import prefill
+from app.core.decoding.steering.steered import generate_steered, plan_for, steers
 from app.core.events import Event, Finished, Message, Prefilled, Request
 from app.core.metrics import Clock, Metrics
 from app.core.remote.remote_run import run_remote
+from app.core.sampler.constraint import compile_for
 from app.core.settings import MAX_SEED, SamplerSettings
 from backends.base import LoadedModel, Model, Tokenizer
 from backends.remote.backend import RemoteModel
@@ -121,6 +123,8 @@ def generate(model: Model, request: Request, cancel: threading.Event,
     A branch (`request.inherited`) starts after its parent's first k steps: they are prefilled (mostly from the
     `Prefix` cache), taken into its trace and re-sent as its first Step events, and its draws continue the
     seed's sequence at step k (the same uniform per step as its parent); `request.force` is taken at step k."""
+    if steers(request.settings):
+        plan_for(model, request.settings.steering)  # type: ignore[arg-type]  # (a server's model is refused here)
     if not model.capabilities.forward:
         return run_remote(cast(RemoteModel, model), request, cancel)
     return _generate(cast(LoadedModel, model), request, cancel, prefix if prefix is not None else Prefix())
@@ -130,6 +134,11 @@ def _generate(model: LoadedModel, request: Request, cancel: threading.Event, pre
     clock = Clock()
     prompt = checked_prompt(model, request)
     seed = run_seed(request.settings)
+    if request.settings.constraint is not None:  # compiled before the prefill: one that cannot be fails at once
+        compile_for(request.settings.constraint, model.tokenizer, model.info.vocab_size)
+    if steers(request.settings):  # its own cache, of steered and unsteered rows: the prefix is left as it is
+        yield from generate_steered(model, request, prompt, seed, clock, cancel)
+        return
     cache, reused = prefix.take(model, prompt.context)
     logits = prefill(model, cache, prompt.context, cancel, reused)
     if logits is None:  # cancelled between chunks: the cache keeps what was computed

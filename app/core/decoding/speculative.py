@@ -24,6 +24,7 @@ from app.core.decoding.generation import common_prefix
 from app.core.decoding.prefill import ChunkedForward
 from app.core.record.record import Sample
 from app.core.record.spec_record import K_MAX, DraftToken, SpecRound
+from app.core.sampler.constraint import GrammarEnded, Matcher
 from app.core.sampler.forcing import forced
 from app.core.sampler.pipeline import Dist, History, make_stages, run_stages, sanitize
 from app.core.sampler.sampling import U_MAX, NoValidTokenError, sample
@@ -37,13 +38,15 @@ NO_UNIFORMS = NUMPY.f32([0.0, 0.0])  # the pipeline's per-step uniforms: no stag
 PROBES = ("def main(argv):\n    return 0\n", "Hello, world! naïve café 🙂 こんにちは", "  \t\n\n0123 x=y+1;")
 
 
-def final_probs(logits: np.ndarray, settings: SamplerSettings, history: History | None = None) -> np.ndarray:
-    """(V,) float32: the distribution the sampler pipeline draws from, for one position's logits."""
+def final_probs(logits: np.ndarray, settings: SamplerSettings, history: History | None = None,
+                mask: np.ndarray | None = None) -> np.ndarray:
+    """(V,) float32: the distribution the sampler pipeline draws from, for one position's logits (`mask`: what a
+    constraint's grammar allows there)."""
     s, stages = _stages(settings, logits.shape[-1])
     with np.errstate(all="ignore"):
         raw = sanitize(NUMPY, logits)
         hist = (history.context, history.generated) if history is not None else ()
-        cuts = run_stages(NUMPY, stages, s, raw, NO_UNIFORMS, *hist)
+        cuts = run_stages(NUMPY, stages, s, raw, NO_UNIFORMS, *hist, mask=None if mask is None else NUMPY.f32(mask))
         p = Dist(NUMPY, cuts[-1].x).p
     if not np.isfinite(p).all():
         raise NoValidTokenError("the model produced no finite logits (NaN or infinity): try float32")
@@ -171,12 +174,26 @@ class Speculation:
     k: int = K_START
     adaptive: bool = False
     rounds: int = 0
+    grammar: Matcher | None = None  # a constraint's: drafts and the target's draws alike keep to what it allows
+    ended: GrammarEnded | None = None  # why the grammar ended the run (then no round follows)
 
     def history(self, extra: Sequence[int] = ()) -> History | None:
         """Penalty counts at the position after the kept tokens and `extra` (None: no penalties)."""
         if not self.settings.uses_penalties:
             return None
         return History.start(NUMPY, self.vocab, self.ids[: self.prompt_len], [*self.ids[self.prompt_len:], *extra])
+
+    def mask(self, extra: Sequence[int] = ()) -> np.ndarray | None:
+        """What the grammar allows at the position after the kept tokens and `extra` (None: no constraint)."""
+        return None if self.grammar is None else self.grammar.mask([*self.ids, *extra])
+
+    def recording(self, extra: Sequence[int]) -> History | None:
+        """The history a step's record is made with there: the penalties' counts, and the grammar."""
+        if self.grammar is None:
+            return self.history(extra)
+        history = self.history(extra) or History.start(NUMPY, self.vocab, self.ids, extra)
+        history.grammar = self.grammar
+        return history
 
     @property
     def vocab(self) -> int:
@@ -188,6 +205,9 @@ def speculate(spec: Speculation, *, steps: int, eos: frozenset[int], top_n: int 
     """Rounds until `steps` tokens are kept, an EOS token is, or `cancel` is set."""
     added = 0
     while added < steps and not (cancel is not None and cancel.is_set()):
+        if spec.grammar is not None and (ended := spec.grammar.end(spec.ids)) is not None:
+            spec.ended = ended  # complete (as with EOS), or allowing no token
+            return
         turn = one_round(spec, min(spec.k, steps - added - 1), eos, top_n, record, added)
         added += len(turn.tokens)
         yield turn
@@ -199,7 +219,8 @@ def one_round(spec: Speculation, k: int, eos: frozenset[int], top_n: int, record
     """Draft k tokens, verify them in one target forward, keep what the rule keeps, trim both caches."""
     drafts, q_rows = _propose(spec, k)
     logits = spec.target.feed([spec.ids[-1], *drafts], "all")  # (k+1, V)
-    p_rows = np.stack([final_probs(logits[i], spec.settings, spec.history(drafts[:i])) for i in range(k + 1)])
+    p_rows = np.stack([final_probs(logits[i], spec.settings, spec.history(drafts[:i]), spec.mask(drafts[:i]))
+                       for i in range(k + 1)])
     verdict = verify(p_rows, np.stack(q_rows) if q_rows else p_rows[:0], drafts, spec.rng)
     tokens = _cut([*drafts[: verdict.kept], verdict.token], eos)
     samples = tuple(_record(spec, logits[j], p_rows[j], t, tokens[:j], top_n) if record else None
@@ -220,7 +241,7 @@ def _propose(spec: Speculation, k: int) -> tuple[list[int], list[np.ndarray]]:
     q_rows: list[np.ndarray] = []
     for i in range(k):
         feed = spec.ids[len(spec.draft.held):] if i == 0 else [drafts[-1]]  # what the draft's cache lacks
-        q = final_probs(spec.draft.feed(feed), spec.settings, spec.history(drafts))
+        q = final_probs(spec.draft.feed(feed), spec.settings, spec.history(drafts), spec.mask(drafts))
         drafts.append(draw(q, spec.rng.random()))
         q_rows.append(q)
     return drafts, q_rows
@@ -237,7 +258,7 @@ def _cut(tokens: list[int], eos: frozenset[int]) -> list[int]:
 def _record(spec: Speculation, logits: np.ndarray, p: np.ndarray, token: int, before: Sequence[int],
             top_n: int) -> Sample:
     """The target's step record at this position, drawn with a uniform number that takes `token`."""
-    s = sample(NUMPY, logits, spec.settings, u_for(p, token), history=spec.history(before), top_n=top_n)
+    s = sample(NUMPY, logits, spec.settings, u_for(p, token), history=spec.recording(before), top_n=top_n)
     if not isinstance(s, Sample) or s.token == token:
         return s
     return forced(s, token)  # (a token so unlikely that its CDF interval vanishes in float32)
@@ -262,6 +283,9 @@ def check_settings(settings: SamplerSettings) -> None:
                             "step: set XTC probability to 0")
     running = [(name, knob) for name, knob, on in (("mirostat", "mirostat τ", settings.mirostat_tau > 0),
                                                     ("DRY", "DRY multiplier", settings.dry_multiplier > 0)) if on]
+    if settings.constraint is not None and settings.constraint.place == "on_reject":
+        raise SettingsError("speculative decoding applies a constraint's grammar to the draft's and the target's "
+                            "distributions alike: place the constraint first")
     if running:
         names, knobs = " or ".join(n for n, _ in running), " and ".join(k for _, k in running)
         raise SettingsError(f"speculative decoding does not carry {names}'s state from token to token: set {knobs} "

@@ -18,6 +18,7 @@ from typing import cast
 from app.core.decoding.batch import decode_batches, start_batch
 from app.core.decoding.generation import Prefix, cancelled_in_prefill, checked_prompt, generate, run_seed
 from app.core.decoding.prefill import prefill
+from app.core.decoding.steering.steered import steers
 from app.core.events import Event, Prefilled, Request, Step
 from app.core.metrics import Clock
 from backends.base import LoadedModel, Model
@@ -25,8 +26,8 @@ from backends.base import LoadedModel, Model
 
 def share_key(request: Request) -> Hashable | None:
     """What requests must have in common to decode in one batch from one prefill: the model, the prompt, and
-    what a step records; None for one that runs alone (a branch, a forced token, speculative decoding)."""
-    if request.inherited or request.force is not None or request.draft is not None:
+    what a step records; None for one that runs alone (a branch, a forced token, speculative decoding, steering)."""
+    if request.inherited or request.force is not None or request.draft is not None or steers(request.settings):
         return None
     return (request.model, request.prompt, request.messages, request.prompt_ids, request.top_n, request.record)
 

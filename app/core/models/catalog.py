@@ -28,7 +28,11 @@ from app.core.models.sources import (
     BUILTIN_LABEL,
     BUILTIN_NAME,
     BUILTIN_PATH,
+    BUILTIN_THINKING_LABEL,
+    BUILTIN_THINKING_NAME,
+    BUILTIN_THINKING_PATH,
 )
+from backends import installed
 from backends.base import ModelLoadError
 from backends.checks import ConfigShape, check_config, read_config, safetensors_header
 from backends.gguf import is_gguf, read_gguf
@@ -102,10 +106,12 @@ def estimate_memory(path: Path, config: dict | None = None, bytes_per_value: flo
 
 
 def _gguf_memory(path: Path, bytes_per_value: float | None) -> MemoryEstimate:
-    """A GGUF file's weights are dequantized on load: 4 bytes a parameter (float32, the CPU's dtype)."""
+    """A GGUF file's weights as the backend `auto` opens it on holds them: llama.cpp, where it is installed, its
+    tensors as stored; else torch, dequantized on load to 4 bytes a parameter (float32, the CPU's dtype)."""
     gguf = read_gguf(path)
     kv = ConfigShape.from_config(gguf.config()).kv_bytes_per_token(bytes_per_value or 2)
-    return MemoryEstimate(gguf.parameters * 4, gguf.parameters, kv * 1000, psutil.virtual_memory().available)
+    weights = gguf.tensor_bytes if installed("llamacpp") else gguf.parameters * 4
+    return MemoryEstimate(weights, gguf.parameters, kv * 1000, psutil.virtual_memory().available)
 
 
 def check_fits(path: Path, beside: Sequence[Path] = (), available: int | None = None) -> None:
@@ -210,7 +216,7 @@ def main(argv: list[str], write: Callable[[str], None] = print) -> int:
     if missing:
         print(f"logitlab models: error: no folder {missing[0]}", file=sys.stderr)
         return 2
-    shipped = [builtin_entry(), *filter(None, [builtin_draft_entry()])]
+    shipped = [builtin_entry(), *filter(None, [builtin_draft_entry(), builtin_thinking_entry()])]
     entries = [*shipped, *scan_cache(args.cache_dir)] + [e for f in args.folder for e in scan_folder(f)]
     if args.json:
         write(json.dumps([asdict(e) for e in entries], indent=1))
@@ -238,8 +244,17 @@ def builtin_entry() -> ModelEntry:
 def builtin_draft_entry() -> ModelEntry | None:
     """The built-in model's draft, by the name every command takes (`--draft-model builtin-draft`); None where it
     is missing."""
-    if not (BUILTIN_DRAFT_PATH / "config.json").exists():
+    return _shipped_entry(BUILTIN_DRAFT_NAME, BUILTIN_DRAFT_PATH, BUILTIN_DRAFT_LABEL)
+
+
+def builtin_thinking_entry() -> ModelEntry | None:
+    """The built-in thinking model, by the name every command takes (`--model builtin-thinking`); None where it is
+    missing."""
+    return _shipped_entry(BUILTIN_THINKING_NAME, BUILTIN_THINKING_PATH, BUILTIN_THINKING_LABEL)
+
+
+def _shipped_entry(name: str, path: Path, label: str) -> ModelEntry | None:
+    if not (path / "config.json").exists():
         return None
-    size = sum(f.stat().st_size for f in BUILTIN_DRAFT_PATH.iterdir() if f.is_file())
-    return ModelEntry(BUILTIN_DRAFT_NAME, str(BUILTIN_DRAFT_PATH), size, "llama", ("mlx", "torch"), None,
-                      BUILTIN_DRAFT_LABEL)
+    size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+    return ModelEntry(name, str(path), size, "llama", ("mlx", "torch"), None, label)

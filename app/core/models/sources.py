@@ -2,9 +2,9 @@
 
 `resolve` turns what the user typed into a local folder, downloading through huggingface_hub (resumable,
 with progress and cancel) only when the model is not cached and neither the spec's `offline` flag nor
-HF_HUB_OFFLINE forbids the network. It is the one reader of model names: 'builtin' and 'builtin-draft' (the
-shipped models, `SHIPPED`) mean the same to every command and to the window. Failures become one
-`ModelLoadError` line naming the model and what to do.
+HF_HUB_OFFLINE forbids the network. It is the one reader of model names: 'builtin', 'builtin-draft' and
+'builtin-thinking' (the shipped models, `SHIPPED`) mean the same to every command and to the window. Failures
+become one `ModelLoadError` line naming the model and what to do.
 """
 
 from __future__ import annotations
@@ -24,7 +24,12 @@ BUILTIN_PATH = Path(__file__).resolve().parents[3] / "resources" / "builtin-mode
 BUILTIN_DRAFT_NAME = "builtin-draft"
 BUILTIN_DRAFT_LABEL = "Built-in draft (Python, 0.9M)"
 BUILTIN_DRAFT_PATH = BUILTIN_PATH.parent / "builtin-draft"  # the built-in model's draft (speculative decoding)
-SHIPPED = {BUILTIN_NAME: BUILTIN_PATH, BUILTIN_DRAFT_NAME: BUILTIN_DRAFT_PATH}  # a shipped model's name: its folder
+BUILTIN_THINKING_NAME = "builtin-thinking"
+BUILTIN_THINKING_LABEL = "Built-in thinking model (addition, 0.8M)"
+BUILTIN_THINKING_PATH = BUILTIN_PATH.parent / "builtin-thinking"  # adds numbers, thinking first (models/arithmetic)
+SHIPPED = {BUILTIN_NAME: BUILTIN_PATH, BUILTIN_DRAFT_NAME: BUILTIN_DRAFT_PATH,  # a shipped model's name: its folder
+           BUILTIN_THINKING_NAME: BUILTIN_THINKING_PATH}
+SHIPPED_WHAT = {BUILTIN_DRAFT_NAME: "draft", BUILTIN_THINKING_NAME: "thinking model"}  # how a missing one is named
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 WEIGHT_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
 
@@ -71,7 +76,8 @@ def model_label(source: str) -> str:
 
 
 def shipped_path(source: str) -> Path | None:
-    """The folder of the shipped model `source` names ('builtin', '' or 'builtin-draft'); None for any other."""
+    """The folder of the shipped model `source` names ('builtin' or '', 'builtin-draft', 'builtin-thinking'); None
+    for any other."""
     return BUILTIN_PATH if is_builtin(source) else SHIPPED.get(source)
 
 
@@ -98,7 +104,7 @@ def resolve(source: str, progress: Progress | None = None, cancel: threading.Eve
     """
     if (shipped := shipped_path(source)) is not None:
         if not (shipped / "config.json").exists():
-            what = "model" if is_builtin(source) else "draft"
+            what = SHIPPED_WHAT.get(source, "model")
             raise ModelLoadError(f"the built-in {what} is missing from {shipped}: reinstall Logit Lab")
         return shipped
     check_source(source)

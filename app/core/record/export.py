@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 SHADES = 20  # the output view shades a token with one of this many colours, by its probability
 ALPHA = 120  # of the shading, over 255: translucent, so text stays readable
 STEP_COLUMNS = ("step", "token_id", "text", "prob", "logprob", "raw_prob", "raw_logprob", "rank", "entropy",
-                "final_entropy", "u", "seconds")
+                "final_entropy", "u", "seconds", "span", "forced")  # span: think / answer / tool (a thinking model's)
+THINK_STYLE = "font-style: italic; color: #69648c"  # the think span's tokens (the output view's look)
 CANDIDATE_COLUMNS = ("step", "candidate", "token_id", "text", "raw_prob", "prob", "cut_by", "drawn")
 
 
@@ -81,8 +82,25 @@ def _about(run: RunTrace) -> list[tuple[str, str]]:
     model = run.model or {}
     name = model.get("name") or model.get("source") or "unknown"
     backend = f" ({model['backend']})" if model.get("backend") else ""
-    return [("Model", name + backend), ("Settings", describe(run.settings)), ("Seed", str(run.seed)),
-            ("Tokens", f"{len(run.steps)}, finished by {run.finish_reason or 'unknown'}")]
+    about = [("Model", name + backend), ("Settings", describe(run.settings)), ("Seed", str(run.seed)),
+             ("Tokens", f"{len(run.steps)}, finished by {run.finish_reason or 'unknown'}")]
+    return about + ([("Spans", thinking(run))] if any(st.span for st in run.steps) else [])
+
+
+def thinking(run: RunTrace) -> str:
+    """A thinking model's spans in words: each span's length and means (entropy H, varentropy V, DeepConf
+    confidence C with its k), and a think budget's cut."""
+    from app.core.record.span_stats import span_stats  # (numpy's: not before the window's first paint)
+
+    parts = [f"{sp.kind} {sp.end - sp.start} tokens" + "".join(
+        f", {name} {v:.2f}" for name, v in (("H", sp.entropy), ("V", sp.varentropy), ("C", sp.confidence))
+        if v is not None) + (f" (k {sp.k})" if sp.confidence is not None else "") for sp in span_stats(run.steps)]
+    cut = [st.step for st in run.steps if st.forced == "budget"]
+    budget = run.settings.think_budget
+    if budget:
+        parts.append(f"think budget {budget} ({'soft' if run.settings.think_soft else 'hard'})"
+                     + (f", cut at step {cut[0]}" if cut else ""))
+    return "; ".join(parts)
 
 
 def _title(step: StepTrace) -> str:
@@ -103,8 +121,11 @@ def token_spans(run: RunTrace) -> str:
         if not st.text:
             continue
         level = shade(st.drawn_prob[0])  # a server's run: the model's probability (its sampling not observed)
-        style = "" if level is None else f' style="background-color: {css_color(level)}"'
-        out.append(f'<span title="{html.escape(_title(st))}"{style}>{html.escape(st.text, quote=False)}</span>')
+        styles = ([] if level is None else [f"background-color: {css_color(level)}"]) + (
+            [THINK_STYLE] if st.span == "think" else [])
+        style = f' style="{"; ".join(styles)}"' if styles else ""
+        span = f' class="{st.span}"' if st.span else ""
+        out.append(f'<span{span} title="{html.escape(_title(st))}"{style}>{html.escape(st.text, quote=False)}</span>')
     return "".join(out)
 
 
@@ -178,8 +199,8 @@ def steps_csv(run: RunTrace) -> str:
 
     return _csv(STEP_COLUMNS, ((st.step, model_id(st.token_id), st.text, st.prob, _log(st.prob),
                                 _exp(st.sample.raw_logprob), st.sample.raw_logprob, st.sample.rank,
-                                st.sample.entropy, st.sample.final_entropy, st.sample.u, st.seconds)
-                               for st in run.steps))
+                                st.sample.entropy, st.sample.final_entropy, st.sample.u, st.seconds,
+                                st.span or None, st.forced or None) for st in run.steps))
 
 
 def candidates_csv(run: RunTrace) -> str:

@@ -11,9 +11,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from app.core.record.live_lens import LiveLens
+    from app.core.record.steer_record import SteerStep
 
 Reported = Literal["raw", "final"]  # which distribution a partial record's probabilities are
 SCALARS = ("prob", "raw_logprob", "entropy", "final_entropy", "raw_lse")
@@ -30,6 +34,48 @@ class _Scalar:
             return self  # type: ignore[return-value]
         v = float(obj.values[self.index])
         return None if math.isnan(v) else v
+
+
+@dataclass(frozen=True, slots=True)
+class GrammarStep:
+    """What a constraint's grammar did at a step (`sampler.constraint` makes it): how many tokens of the vocabulary it
+    allowed, the share of the probability it removed, the model's favourite (its raw top token) and whether the
+    grammar allowed it, the most probable token it allowed and the log-probability between them. `place` is where it
+    ran: "first" (its stage before every other) or "on_reject" (llama.cpp's way: the chain ran unconstrained; only
+    when the grammar refused the drawn token, `rejected`, was the step drawn again with the grammar first). `legal_top`
+    says which of the step's top-K raw candidates (`Sample.top_ids`) were allowed, so that a re-sample can apply it."""
+
+    place: str
+    legal: int  # tokens of the vocabulary it allowed
+    removed: float | None  # of its input's probability, on the tokens it cut (None: its mask was not applied)
+    favourite: int  # the model's most probable token
+    best: int  # the most probable token it allowed (the favourite when allowed)
+    margin: float  # raw log-probability of the favourite minus the best allowed's (0: the favourite was allowed)
+    legal_top: np.ndarray  # (K,) bool, over Sample.top_ids
+    rejected: int | None = None  # on_reject: the token the chain drew that the grammar refused
+
+    def __post_init__(self) -> None:
+        self.legal_top.flags.writeable = False
+
+    @property
+    def forced(self) -> bool:
+        """Exactly one token was allowed: the grammar chose it, not the sampler."""
+        return self.legal == 1
+
+    @property
+    def favourite_kept(self) -> bool:
+        return self.best == self.favourite
+
+    def to_dict(self) -> dict[str, Any]:
+        """The step's grammar as a trace line holds it (`legal_top`: its bits packed, as hex)."""
+        return {"place": self.place, "legal": self.legal, "removed": self.removed, "favourite": self.favourite,
+                "best": self.best, "margin": self.margin, "rejected": self.rejected,
+                "legal_top": np.packbits(self.legal_top).tobytes().hex()}
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, GrammarStep):
+            return NotImplemented
+        return self.to_dict() == other.to_dict()
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
@@ -59,6 +105,9 @@ class Sample:
     kept: np.ndarray  # (S, N) bool
     values: np.ndarray  # float32: SCALARS, top_logits, probs, thresholds, kept_counts, top_p_cumulative
     reported: Reported | None = None  # None: a full record
+    grammar: GrammarStep | None = None  # what a constraint's grammar did here (None: no constraint ran)
+    steer: SteerStep | None = None  # what steering did here (`steer_record`; None: not steered)
+    lens: LiveLens | None = None  # each layer's logits for the top candidates (`live_lens`; None: the lens was off)
 
     def __post_init__(self) -> None:
         for a in (self.top_ids, self.kept, self.values):  # a record is read by several threads: never written
@@ -201,8 +250,9 @@ class Sample:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sample):
             return NotImplemented
-        return ((self.token, self.rank, self.u, self.stage_names, self.reported)
-                == (other.token, other.rank, other.u, other.stage_names, other.reported)
+        return ((self.token, self.rank, self.u, self.stage_names, self.reported, self.grammar, self.steer, self.lens)
+                == (other.token, other.rank, other.u, other.stage_names, other.reported, other.grammar, other.steer,
+                    other.lens)
                 and np.array_equal(self.top_ids, other.top_ids) and np.array_equal(self.kept, other.kept)
                 and np.array_equal(self.values, other.values, equal_nan=True))
 
@@ -214,6 +264,8 @@ class StepTrace:
     text: str  # the visible text this token added (after stop-string trimming)
     top_texts: tuple[str, ...]  # display text of each top-N candidate
     seconds: float  # wall time of this step (forward + sampling)
+    span: str = ""  # "think", "answer" or "tool" (`spans.SpanTracker`); "" for a model without reasoning markers
+    forced: str = ""  # why the token was taken rather than drawn: "budget" (the think budget closed the span)
 
     @property
     def token_id(self) -> int:
@@ -265,6 +317,12 @@ class StepTrace:
             "final_entropy": s.final_entropy, "stages": list(s.stage_names),
             "kept_counts": s.kept_counts.tolist(), "thresholds": json_floats(s.thresholds, none_for_nan=True),
             "reported": s.reported, "u": s.u, "seconds": self.seconds, "top": top,
+            "span": self.span or None, "forced": self.forced or None,
+            "grammar": None if s.grammar is None else {
+                **{k: v for k, v in s.grammar.to_dict().items() if k != "legal_top"},
+                "favourite_kept": s.grammar.favourite_kept, "forced": s.grammar.forced},
+            **({"steering": s.steer.to_json()} if s.steer is not None else {}),
+            **({"lens": s.lens.to_json()} if s.lens is not None else {}),
         }
 
 

@@ -10,15 +10,19 @@ nothing is half-loaded. Works on a run's parts (its HEADER and FOOTER fields, it
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, replace
 from typing import Any
 
 import numpy as np
 
 from app.core.files import brief, check_header, is_a, json_number, parse_json, read_field, read_number, whole
 from app.core.metrics import Metrics
-from app.core.record.record import SCALARS, Sample, StepTrace, json_floats
+from app.core.record.live_lens import read_live_lens
+from app.core.record.record import SCALARS, GrammarStep, Sample, StepTrace, json_floats
+from app.core.record.spans import KINDS as SPAN_KINDS
+from app.core.record.steer_record import read_steer
 from app.core.settings import read_settings
+from app.core.stage_inputs import CONSTRAINT_PLACES
 from app.core.stage_table import RECORD_NAMES
 
 FORMAT = "logitlab-trace"
@@ -126,6 +130,16 @@ def step_json(st: StepTrace) -> dict[str, Any]:
         line.update(top_logits=json_floats(s.top_logits), thresholds=json_floats(s.thresholds),
                     kept_counts=s.kept_counts.tolist(),
                     top_p_cumulative=None if s.top_p_cumulative is None else json_floats(s.top_p_cumulative))
+    if s.grammar is not None:  # (absent: no constraint ran, and every file of before constraints)
+        line["grammar"] = {k: json_number(v) if isinstance(v, float) else v for k, v in s.grammar.to_dict().items()}
+    if s.steer is not None:  # (absent: not steered, and every file of before steering)
+        line["steer"] = s.steer.to_json()
+    if s.lens is not None:  # (absent: the live lens was off, and every file of before it)
+        line["lens"] = s.lens.to_json()
+    if st.span:  # (absent: a model without reasoning markers, and files of before spans)
+        line["span"] = st.span
+    if st.forced:
+        line["forced"] = st.forced
     return line
 
 
@@ -169,11 +183,36 @@ def _step_from(obj: dict[str, Any], index: int, texts: dict[str, str]) -> StepTr
             stage_names=tuple(stages), top_ids=top_ids, top_logits=top_logits, probs=probs, kept=kept,
             thresholds=_array(obj, "thresholds", 1), kept_counts=_array(obj, "kept_counts", 1, whole=True),
             top_p_cumulative=cumulative, **scalars)
+    if obj.get("grammar") is not None:
+        sample = replace(sample, grammar=read_grammar(read_field(obj, "grammar", is_a(dict), "an object"),
+                                                      len(sample.top_ids)))
+    if obj.get("steer") is not None:
+        sample = replace(sample, steer=read_steer(obj["steer"], sample.top_n))
+    if obj.get("lens") is not None:
+        sample = replace(sample, lens=read_live_lens(obj["lens"]))
     top_texts = read_field(obj, "top_texts", lambda v: _list_of(v, is_a(str)), "a list of text")
     if len(top_texts) != sample.top_n:
         raise ValueError(f"{len(top_texts)} candidate texts (top_texts) for {sample.top_n} candidates")
     return StepTrace(index, sample, read_field(obj, "text", is_a(str), "text"),
-                     tuple(texts.setdefault(t, t) for t in top_texts), _number(obj, "seconds"))
+                     tuple(texts.setdefault(t, t) for t in top_texts), _number(obj, "seconds"),
+                     read_field(obj, "span", lambda v: v in SPAN_KINDS, " or ".join(SPAN_KINDS), default=""),
+                     read_field(obj, "forced", is_a(str), "text", default=""))
+
+
+def read_grammar(obj: dict[str, Any], k: int) -> GrammarStep:
+    """A step's grammar (`GrammarStep.to_dict`) over its `k` recorded candidates."""
+    place = read_field(obj, "place", lambda v: v in CONSTRAINT_PLACES, " or ".join(CONSTRAINT_PLACES),
+                       where="grammar.")
+    token = lambda v: type(v) is int and 0 <= v <= MAX_ID
+    ints = {key: read_field(obj, key, token, "a token id", where="grammar.") for key in ("favourite", "best")}
+    bits = read_field(obj, "legal_top", lambda v: isinstance(v, str) and len(v) == 2 * ((k + 7) // 8)
+                      and all(c in "0123456789abcdef" for c in v), f"hex of {k} bits", where="grammar.")
+    return GrammarStep(place=place, legal=read_field(obj, "legal", whole, "a whole number", where="grammar."),
+                       removed=_number(obj, "removed", null=True, where="grammar."),
+                       margin=_number(obj, "margin", where="grammar."), **ints,
+                       legal_top=np.unpackbits(np.frombuffer(bytes.fromhex(bits), np.uint8))[:k].astype(bool),
+                       rejected=read_field(obj, "rejected", token, "a token id", null=True, default=None,
+                                           where="grammar."))
 
 
 def _id(v: Any) -> bool:

@@ -25,6 +25,7 @@ from app.core.metrics import Clock
 from app.core.models.sources import ModelSpec, is_builtin
 from app.core.record.trace import RunTrace, Sample, StepTrace
 from app.core.remote.secrets import api_key
+from app.core.remote.server_constraint import ServerConstraintError
 from app.core.remote.server_request import OPENAI, Dialect, detect, request_fields
 from app.core.settings import MAX_SEED, SamplerSettings
 from backends.remote.backend import TIMEOUT_S, End, RemoteBackend, RemoteError, RemoteModel, where
@@ -123,7 +124,7 @@ def _forced_step(model: RemoteModel, request: Request, prompt: str, messages: li
     the token the branch chose there."""
     clock = Clock()
     clock.prefilled()
-    params = {**request_fields(request.settings, seed, 1, dialect(model)), **extra}
+    params = {**request_fields(request.settings, seed, 1, dialect(model), chat=messages is not None), **extra}
     probe = [t for t in model.complete(params, prompt=None if messages else prompt, messages=messages,
                                        top_n=request.top_n) if isinstance(t, Token)]
     seen = probe[0].top if probe else ()
@@ -180,6 +181,7 @@ class _Run:
     received: int = 0  # tokens from the server (after the inherited and forced ones)
     stop: threading.Event = field(default_factory=threading.Event)  # set: close this sample's stream
     steps: list[StepTrace] = field(default_factory=list)
+    thought: bool = False  # the server reported reasoning (its tokens after it are the answer's span)
 
 
 def run_remote(model: RemoteModel, request: Request, cancel: threading.Event) -> Iterator[Event]:
@@ -193,6 +195,11 @@ def run_remote(model: RemoteModel, request: Request, cancel: threading.Event) ->
     yield Prefilled(request.id, (), shown, seed, 0.0)
     runs = [_Run(rid, i, _new_trace(model, request, (seed + i) % (MAX_SEED + 1), rid, shown), _fork_clock(clock))
             for i, rid in enumerate(request.run_ids)]
+    try:  # a constraint the server cannot take ends the run before anything is sent
+        request_fields(s, seed, 1, dialect(model), chat=messages is not None)
+    except ServerConstraintError as e:
+        yield from _fail_all(request, runs, str(e))
+        return
     for run in runs:
         for st in request.inherited:
             yield _step(request, run, st)
@@ -227,7 +234,8 @@ def _stream_all(model: RemoteModel, request: Request, runs: list[_Run], prompt: 
         yield Loading(request.id, f"{kind.name}'s server ends a stream when another request arrives: the "
                                   f"{len(runs)} samples run one after another")
     for run in runs:
-        params = {**request_fields(request.settings, run.trace.seed, max(left, 1), kind), **extra}
+        params = {**request_fields(request.settings, run.trace.seed, max(left, 1), kind, chat=messages is not None),
+                  **extra}
         if request.ignore_eos:  # vLLM's extension (benchmarks: every request runs its full length)
             params["ignore_eos"] = True
         run.trace.model.update(server_kind=kind.name, sent=params)
@@ -260,7 +268,9 @@ def _stream_all(model: RemoteModel, request: Request, runs: list[_Run], prompt: 
             if model.streams_logprobs is False and run.received:  # a whole answer: one arrival, no per-token time
                 seconds = 0.0
             run.received += 1
-            yield _step(request, run, _record(item, len(run.steps), seconds, request.top_n))
+            run.thought |= item.think
+            span = "think" if item.think else "answer" if run.thought else ""  # (a server's reasoning field)
+            yield _step(request, run, _record(item, len(run.steps), seconds, request.top_n, span))
         elif isinstance(item, End):
             run.prompt_tokens = item.prompt_tokens
             yield _finish(request, open_runs.pop(i), _reason(item, request.settings), model.streams_logprobs)
@@ -284,10 +294,10 @@ def _read(model: RemoteModel, params: dict, prompt: str, messages: list | None, 
             inbox.put((sequence, RemoteError(f"unexpected error reading the server: {type(e).__name__}: {e}")))
 
 
-def _record(token: Token, step: int, seconds: float, top_n: int) -> StepTrace:
+def _record(token: Token, step: int, seconds: float, top_n: int, span: str = "") -> StepTrace:
     top = token.top[:top_n]
     sample = Sample.partial(token.id, token.logprob, [c.id for c in top], [c.logprob for c in top], REPORTED)
-    return StepTrace(step, sample, token.text, tuple(c.text for c in top), seconds)
+    return StepTrace(step, sample, token.text, tuple(c.text for c in top), seconds, span)
 
 
 def _step(request: Request, run: _Run, st: StepTrace) -> Step:

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.core.remote.server_constraint import ServerConstraintError, constraint_fields
 from app.core.settings import SamplerSettings
 from app.core.stage_table import ROWS, STAGE, engine_stages
 
@@ -33,7 +34,8 @@ EXTENSIONS = {**{f: f for f in stage_fields("vllm") if f not in STANDARD}, "repe
 # llama.cpp's own names (ours -> its), and what it takes beyond its stages' settings: its sampler list (our order),
 # mirostat's mode (2 when on) and how far back DRY looks
 LLAMA_CPP_NAMES = {"repetition_penalty": "repeat_penalty", "dry_breakers": "dry_sequence_breakers"}
-LLAMA_CPP_MORE = {"order": "samplers", "mirostat": "mirostat", "dry_last_n": "dry_penalty_last_n"}
+LLAMA_CPP_MORE = {"order": "samplers", "mirostat": "mirostat", "dry_last_n": "dry_penalty_last_n",
+                  "think_budget": "reasoning_budget"}  # (its budget: -1 unlimited, 0 no thinking)
 SERVER_NOTES = {
     "top_k": "sent to vLLM, llama.cpp and mlx_lm.server, off included (0; vLLM: -1); a server not recognised gets "
              "it only when on (OpenAI's own API refuses it)",
@@ -56,6 +58,8 @@ MORE_SERVER_NOTES = {  # the same, for the settings folded under "More samplers"
                       "whose text holds one)",
     "mirostat_tau": "sent to llama.cpp only (mirostat 2), which then runs temperature and mirostat alone, its other "
                     "filters off",
+    "think_budget": "sent to llama.cpp only, as reasoning_budget (off: -1, its unlimited); a soft budget is not "
+                    "sent (llama.cpp's budget is hard)",
 }
 
 
@@ -68,6 +72,7 @@ class Dialect:
     engine: str = "openai"  # whose off values it reads (a key of a stage row's `off`)
     interrupts_streams: bool = False  # a new request ends a running stream: samples run one after another
     known: bool = True  # False: a server we do not recognise (extensions sent only when they are on)
+    constraint: str = "openai"  # how it takes a constraint (a style of `server_constraint`; "none": it takes none)
 
 
 def _llama_cpp_fields() -> dict[str, str]:
@@ -77,12 +82,13 @@ def _llama_cpp_fields() -> dict[str, str]:
 
 OPENAI = Dialect("OpenAI-compatible", STANDARD, known=False)
 DIALECTS = {
-    "vllm": Dialect("vLLM", {**STANDARD, **EXTENSIONS}, "vllm"),
-    "llama.cpp": Dialect("llama.cpp", _llama_cpp_fields(), "llama.cpp"),
+    "vllm": Dialect("vLLM", {**STANDARD, **EXTENSIONS}, "vllm", constraint="vllm"),
+    "llama.cpp": Dialect("llama.cpp", _llama_cpp_fields(), "llama.cpp", constraint="llama.cpp"),
     # llama-cpp-python's server, as it ships, ends a running stream when any other request arrives
     "llama-cpp-python": Dialect("llama-cpp-python", {**STANDARD, **EXTENSIONS, "repetition_penalty": "repeat_penalty"},
-                                "llama.cpp", interrupts_streams=True),
-    "mlx_lm": Dialect("mlx_lm.server", {**STANDARD, **EXTENSIONS, **stage_fields("mlx-lm")}, "mlx-lm"),
+                                "llama.cpp", interrupts_streams=True, constraint="llama-cpp-python"),
+    "mlx_lm": Dialect("mlx_lm.server", {**STANDARD, **EXTENSIONS, **stage_fields("mlx-lm")}, "mlx-lm",
+                      constraint="none"),
     "openai": OPENAI,
 }
 
@@ -110,7 +116,8 @@ def neutral_values(s: SamplerSettings, dialect: Dialect) -> dict[str, Any]:
     values = {f: _json(getattr(s, f)) for row in ROWS for f in row.fields}
     values |= {row.fields[0]: row.off[dialect.engine] for row in ROWS
                if dialect.engine in row.off and not row.is_on(s)}
-    return {**values, "order": llama_cpp_samplers(s), "mirostat": 2 if s.mirostat_tau > 0 else 0, "dry_last_n": -1}
+    return {**values, "order": llama_cpp_samplers(s), "mirostat": 2 if s.mirostat_tau > 0 else 0, "dry_last_n": -1,
+            "think_budget": s.think_budget if s.think_budget > 0 and not s.think_soft else -1}
 
 
 def _json(value: Any) -> Any:
@@ -130,8 +137,9 @@ def logit_bias(s: SamplerSettings) -> dict[str, float]:
 
 
 def request_fields(settings: SamplerSettings, seed: int, max_tokens: int | None = None,
-                   dialect: Dialect = OPENAI) -> dict[str, Any]:
-    """The request's sampling fields for `settings` in `dialect` (what the trace records as sent)."""
+                   dialect: Dialect = OPENAI, chat: bool = False) -> dict[str, Any]:
+    """The request's sampling fields for `settings` in `dialect` (what the trace records as sent; `chat`: for the
+    chat route). A constraint the dialect cannot take raises `ServerConstraintError` (one line)."""
     values = neutral_values(settings, dialect)
     params: dict[str, Any] = {theirs: values[ours] for ours, theirs in dialect.fields.items()}
     if not dialect.known:  # only what is on: a server that does not know a field refuses it with its own message
@@ -143,4 +151,15 @@ def request_fields(settings: SamplerSettings, seed: int, max_tokens: int | None 
         params["logit_bias"] = logit_bias(settings)
     if settings.stop:
         params["stop"] = list(settings.stop)
-    return params
+    return {**params, **constraint_fields(settings.constraint, dialect.constraint, dialect.name, chat)}
+
+
+def without_refused(settings: SamplerSettings, dialect: Dialect = OPENAI,
+                    chat: bool = False) -> tuple[SamplerSettings, str | None]:
+    """`settings` as `dialect` can take them (a constraint it refuses set aside) and the refusal's line, if any:
+    for code written for that server, which says what it leaves out rather than failing."""
+    try:
+        constraint_fields(settings.constraint, dialect.constraint, dialect.name, chat)
+    except ServerConstraintError as e:
+        return settings.with_(constraint=None), str(e)
+    return settings, None

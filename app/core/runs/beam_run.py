@@ -31,9 +31,11 @@ from app.core.decoding.prefill import prefill
 from app.core.events import Message, Request, job_id
 from app.core.models.sources import ModelSpec
 from app.core.record.trace import StepTrace
+from app.core.sampler.constraint import matcher_for
 from app.core.sampler.forcing import taken
 from app.core.sampler.sampling import start_sample
 from app.core.settings import SamplerSettings
+from app.core.stage_inputs import Constraint
 from backends import connects
 from backends.base import LoadedModel, Model, ModelLoadError
 
@@ -55,6 +57,7 @@ class BeamRequest:
     eos_ids: frozenset[int] | None = None  # the tokens that end a beam (None: the tokenizer's end-of-text tokens)
     top_n: int = 20  # candidates per step in an opened hypothesis' steps
     openable: bool = True  # record each hypothesis' steps, to open it as a run (the command line does not)
+    constraint: Constraint | None = None  # what every beam must match (each beam its own matcher)
     id: int = field(default_factory=job_id)  # it makes no run: its events never route to one
 
     @property
@@ -82,7 +85,9 @@ def run_beam(model: Model, request: BeamRequest, cancel: threading.Event,
         return
     yield BeamStarted(request.id, tuple(ids), text, steps)
     eos = frozenset() if request.ignore_eos else request.eos_ids or local.tokenizer.eos_ids
-    search = BeamSearch(local, ids, logits, local.fork(prompt_cache, 1), request.settings, eos, steps)
+    grammar = None if request.constraint is None else matcher_for(request.constraint, local.tokenizer,
+                                                                  int(logits.shape[-1]), len(ids))
+    search = BeamSearch(local, ids, logits, local.fork(prompt_cache, 1), request.settings, eos, steps, grammar)
     texts: dict[int, str] = {}
     for step in search.steps(cancel):
         yield BeamStepped(request.id, step, _texts(local, (c.token for c in step.candidates), texts))

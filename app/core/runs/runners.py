@@ -11,7 +11,10 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 
 from app.core.decoding.generation import PromptError, build_prompt, generate
+from app.core.decoding.inside import look, refuse_remote, watching
+from app.core.decoding.probes import ProbeError, run_probes
 from app.core.decoding.quant_diff import run_diff
+from app.core.decoding.steering.pairs import make_from_pairs
 from app.core.decoding.surprisal import score
 from app.core.decoding.together import generate_together, groups, interleave
 from app.core.events import Event, Failed, Finished, Loaded, Request, Scored
@@ -20,14 +23,18 @@ from app.core.models.sources import Cancelled, ModelSpec
 from app.core.runs.beam_run import refuse_server, run_beam
 from app.core.runs.context import ThreadContext, local, shared_tokenizer
 from app.core.runs.jobs import Job, JobRequest
+from app.core.runs.multiverse_run import refuse_server as refuse_explore
+from app.core.runs.multiverse_run import run_multiverse
 from app.core.runs.speculative_run import run_speculative
+from app.core.sampler.constraint import ConstraintError
 from app.core.sampler.logit_bias import check_ids
 from app.core.sampler.sampling import NoValidTokenError
 from app.core.settings import SettingsError
 from backends import Model, ModelLoadError
 
 log = logging.getLogger(__name__)
-USER_ERRORS = (ModelLoadError, PromptError, NoValidTokenError, SettingsError)  # a line a person can act on
+# a line a person can act on
+USER_ERRORS = (ModelLoadError, PromptError, NoValidTokenError, SettingsError, ProbeError, ConstraintError)
 Runner = Callable[[ThreadContext, Job], Iterator[Event]]
 
 
@@ -46,7 +53,8 @@ def _plain(ctx: ThreadContext, job: Job) -> Iterator[Event]:
     request: Request = job.request  # type: ignore[assignment]
     model = _alone(ctx, job)
     check_ids(request.settings.logit_bias, model.info.vocab_size)
-    yield from generate(model, request, job.cancel, ctx.prefix)
+    with watching(model, request.lens):  # the live lens, where asked for
+        yield from generate(model, request, job.cancel, ctx.prefix)
 
 
 def _speculative(ctx: ThreadContext, job: Job) -> Iterator[Event]:
@@ -78,6 +86,31 @@ def _score(ctx: ThreadContext, job: Job) -> Iterator[Event]:
 def _beam(ctx: ThreadContext, job: Job) -> Iterator[Event]:
     refuse_server(job.request.model)  # (before connecting: the refusal does not depend on the server)
     yield from run_beam(_alone(ctx, job), job.request, job.cancel, ctx.prefix)  # type: ignore[arg-type, misc]
+
+
+def _multiverse(ctx: ThreadContext, job: Job) -> Iterator[Event]:
+    refuse_explore(job.request.model)  # (before connecting, as a beam search)
+    yield from run_multiverse(_alone(ctx, job), job.request, job.cancel, ctx.prefix)  # type: ignore[arg-type]
+
+
+def _think_probes(ctx: ThreadContext, job: Job) -> Iterator[Event]:
+    model = local(_alone(ctx, job))
+    yield from run_probes(model, job.request, job.cancel, ctx.prefix)  # type: ignore[arg-type, misc]
+
+
+def _lens(ctx: ThreadContext, job: Job) -> Iterator[Event]:
+    refuse_remote(job.request.model)  # (before connecting: a server exposes no layers)
+    yield from look(_alone(ctx, job), job.request, "lens", job.cancel, ctx.prefix)  # type: ignore[arg-type, misc]
+
+
+def _attention(ctx: ThreadContext, job: Job) -> Iterator[Event]:
+    refuse_remote(job.request.model)
+    yield from look(_alone(ctx, job), job.request, "attention", job.cancel, ctx.prefix)  # type: ignore[arg-type, misc]
+
+
+def _steer_vector(ctx: ThreadContext, job: Job) -> Iterator[Event]:
+    refuse_remote(job.request.model)  # (a vector is read from a local model's layers)
+    yield from make_from_pairs(local(_alone(ctx, job)), job.request, job.cancel)  # type: ignore[arg-type]
 
 
 def _diff(ctx: ThreadContext, job: Job) -> Iterator[Event]:
@@ -123,7 +156,12 @@ RUNNERS: dict[str, Runner] = {
     "load": _load,  # a model load alone (the window's model bar)
     "score": _score,  # the prompt's own log-probabilities (prompt surprisal)
     "beam": _beam,  # a beam search (`runs.beam_run`)
+    "multiverse": _multiverse,  # the likely continuations, best first, as a tree (`runs.multiverse_run`)
+    "steer_vector": _steer_vector,  # a steering vector from contrastive prompt pairs (`decoding.steering.pairs`)
     "diff": _diff,  # a quantization diff (`decoding.quant_diff`)
+    "lens": _lens,  # the logit lens at a step of a sequence (`decoding.inside`)
+    "attention": _attention,  # the attention at a step of a sequence (`decoding.inside`)
+    "think_probes": _think_probes,  # a thinking run's answer if it stopped thinking here (`decoding.probes`)
 }
 
 

@@ -35,6 +35,8 @@ from app.core.events import Drafted, Event, Finished, FinishReason, Prefilled, R
 from app.core.metrics import Clock
 from app.core.record.spec_record import SpecStats, SpecSummary
 from app.core.record.trace import RunTrace, StepTrace
+from app.core.sampler.constraint import matcher_for
+from app.core.sampler.pipeline import History
 from app.core.settings import MAX_SEED, SettingsError
 from backends.base import LoadedModel, StreamDecoder, Tokenizer
 
@@ -80,8 +82,10 @@ def run_speculative(target: LoadedModel, draft: LoadedModel, request: Request,
     yield Prefilled(request.id, tuple(ids), text, seed, clock.prefilled())
     run = _Text(_trace(target, request, ids, text, seed), request, StopHold(request.settings.stop), clock,
                 target.tokenizer)
+    c = request.settings.constraint
+    grammar = None if c is None else matcher_for(c, target.tokenizer, target.info.vocab_size, len(ids))
     spec = Speculation(*lanes, request.settings, np.random.default_rng(seed), list(ids), len(ids),
-                       k=request.draft_k or K_START, adaptive=request.draft_k == ADAPTIVE)
+                       k=request.draft_k or K_START, adaptive=request.draft_k == ADAPTIVE, grammar=grammar)
     steps = _steps_allowed(request.settings.max_tokens, len(ids), target.info.context_length)
     eos = frozenset() if request.ignore_eos else target.tokenizer.eos_ids
     stats = SpecStats()
@@ -129,11 +133,14 @@ def _finish(target: LoadedModel, run: _Text, spec: Speculation, stats: SpecStats
         n, seconds = time_plain(target, spec.ids[: spec.prompt_len], run.request, run.trace.seed, stats.tokens, cancel)
         summary = SpecSummary(stats, run.request.draft_k, decode_s, n, seconds)
     yield Speculated(run.request.id, summary, run.request.id)
-    reason = run.reason or ("cancelled" if cancel.is_set() else "context" if steps < run.request.settings.max_tokens
-                            else "length")
+    ended = spec.ended if run.reason is None else None  # (a grammar that ended the run: complete, or stuck)
+    reason: FinishReason = run.reason or (  # type: ignore[assignment]
+        ended.reason if ended is not None else "cancelled" if cancel.is_set() else
+        "context" if steps < run.request.settings.max_tokens else "length")
     metrics = run.clock.metrics(spec.prompt_len, kv)
-    run.trace.finish_reason, run.trace.metrics = reason, metrics
-    yield Finished(run.request.id, reason, metrics, run.trace)
+    message = "" if ended is None else ended.message
+    run.trace.finish_reason, run.trace.metrics, run.trace.finish_message = reason, metrics, message
+    yield Finished(run.request.id, reason, metrics, run.trace, message=message)
 
 
 def time_plain(target: LoadedModel, ids: list[int], request: Request, seed: int, tokens: int,
@@ -144,7 +151,11 @@ def time_plain(target: LoadedModel, ids: list[int], request: Request, seed: int,
     logits = target.forward([ids], cache)
     target.ops.sync([logits])
     t0, n = time.perf_counter(), 0
-    for _ in decode(target, logits, cache, request.settings, [Row(np.random.default_rng(seed))], steps=tokens,
+    row, c = Row(np.random.default_rng(seed)), request.settings.constraint
+    if c is not None:  # (constrained as the speculative run was)
+        row.history = History.start(target.ops, target.info.vocab_size, ids)
+        row.history.grammar = matcher_for(c, target.tokenizer, target.info.vocab_size, len(ids))
+    for _ in decode(target, logits, cache, request.settings, [row], steps=tokens,
                     top_n=request.top_n, record=request.record, cancel=cancel):
         n += 1
     return n, time.perf_counter() - t0

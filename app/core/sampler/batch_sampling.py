@@ -20,8 +20,10 @@ from app.core.record.record import Sample
 from app.core.sampler.pipeline import History
 from app.core.sampler.sampling import (
     PendingSample,
+    before_step,
     compiled_step,
     device_step,
+    grammar_check,
     keep_state,
     start_sample,
     step_key,
@@ -53,6 +55,15 @@ class PendingRows:
     def results(self) -> list[Sample | int]:
         return [p.result() for p in self.rows]
 
+    def read(self) -> Callable[[], list[Sample | int]]:
+        """As `PendingSample.read`: every row's arrays read now, their outcomes made by the call returned."""
+        made = [p.read() for p in self.rows]
+        return lambda: [out for make in made for out in make()]
+
+    @property
+    def host_only(self) -> bool:
+        return all(p.host_only for p in self.rows)
+
 
 def start_samples(ops: ArrayOps, logits: Array, settings: SamplerSettings, us: Sequence[float], *,
                   histories: Sequence[History | None] | None = None, top_n: int = 20,
@@ -71,6 +82,7 @@ def start_samples(ops: ArrayOps, logits: Array, settings: SamplerSettings, us: S
                                               record=record) for i, (u, h) in enumerate(zip(us, hs, strict=True))])
     step, names = mapped
     x = logits if logits.shape[0] == n else ops.stack([logits[0]] * n)
+    before = [before_step(ops, h) for h in hs]
     states = [step_state(ops, settings, h, vocab) for h in hs]
     state = tuple(ops.stack(list(column)) for column in zip(*states, strict=True))  # each (B, ...)
     with np.errstate(all="ignore"):  # -inf arithmetic is intended (masks), as in `start_sample`
@@ -78,7 +90,10 @@ def start_samples(ops: ArrayOps, logits: Array, settings: SamplerSettings, us: S
     for i, h in enumerate(hs):
         if h is not None:
             keep_state(settings, h, [b[i] for b in bumped], out.token[i])
-    return PendingSample(ops, out, names, tuple(float(u) for u in us), key[2], rows=True)
+    checks = tuple(grammar_check(ops, x[i], settings, u, h, b, top_n, record)
+                   for i, (u, h, b) in enumerate(zip(us, hs, before, strict=True)))
+    return PendingSample(ops, out, names, tuple(float(u) for u in us), key[2], rows=True,
+                         checks=checks if any(c is not None for c in checks) else ())
 
 
 @lru_cache(maxsize=64)

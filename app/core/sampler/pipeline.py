@@ -9,19 +9,42 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from app.core.sampler.stages import BUILDERS, NEG_INF, Cut, Stage
+from app.core.sampler.stages import BUILDERS, NEG_INF, Cut, Given, Stage
 from app.core.settings import SamplerSettings
 from backends.ops import Array, ArrayOps
+
+if TYPE_CHECKING:
+    from app.core.sampler.constraint import GrammarEnded
+    from app.core.sampler.grammar_step import Allowed
+    from app.core.sampler.think_budget import ThinkState
 
 LOGIT_LIMIT = 1e9  # raw logits are clipped here: NaN/-huge become -inf, +inf becomes this
 
 
 def make_stages(s: SamplerSettings, vocab: int) -> list[Stage]:
-    """The enabled stages (`SamplerSettings.enabled_stages`), in the settings' order."""
-    return [BUILDERS[name](s, vocab) for name in s.enabled_stages(vocab)]
+    """The enabled stages (`SamplerSettings.enabled_stages`), in the settings' order; a constraint's grammar before
+    them where it is placed first (`grammar_first`)."""
+    head = [BUILDERS["grammar"](s, vocab)] if grammar_first(s) else []
+    return head + [BUILDERS[name](s, vocab) for name in s.enabled_stages(vocab)]
+
+
+def grammar_first(s: SamplerSettings) -> bool:
+    """A constraint whose grammar runs as the first stage (every other sees only the tokens it allows); one placed
+    "on_reject" runs after the draw instead (`constraint.py`), and first only to draw a refused step again."""
+    return s.constraint is not None and s.constraint.place == "first"
+
+
+class Grammar(Protocol):
+    """What a step asks of a row's constraint (`constraint.Matcher`): the mask (V,) of the tokens it allows after the
+    row's context `ids` (1 allowed, 0 not), followed there first; then what it allowed, for the step's record."""
+
+    def mask(self, ids: Sequence[int]) -> np.ndarray: ...
+    def end(self, ids: Sequence[int]) -> GrammarEnded | None: ...  # why it can go no further (None: it can)
+    def allowed(self, ops: ArrayOps, logits: Array) -> Allowed: ...
 
 
 @dataclass
@@ -36,6 +59,8 @@ class History:
     pending: Array | None = None  # the last drawn token, still on the device: appended to `ids` when next read
     breakers: frozenset[int] = frozenset()  # DRY's breaker tokens (`stages.dry_breaker_ids`)
     dry: np.ndarray | None = None  # DRY's penalties given for the next step (a re-sample's), instead of from `ids`
+    grammar: Grammar | None = None  # a constraint's matcher, following `ids` (`constraint.Matcher`)
+    think: ThinkState | None = None  # the think span and its budget (`think_budget.ThinkState`), fed by the decoder
 
     @classmethod
     def start(cls, ops: ArrayOps, vocab: int, prompt_ids: Sequence[int], generated: Sequence[int] = (),
@@ -126,11 +151,14 @@ class Dist:
 
 
 def run_stages(ops: ArrayOps, stages: Sequence[Stage], s: SamplerSettings, raw: Array, u: Array,
-               *hist: Array, dry: Array | None = None) -> list[Cut]:
+               *hist: Array, dry: Array | None = None, mask: Array | None = None,
+               think: Array | None = None) -> list[Cut]:
     """Each stage's cut of the sanitized logits `raw`, in order (the penalties' first when `hist` is given); `u`
     (2,) or (3,) is the step's numbers: the draw's uniform, XTC's (`stages.xtc_uniform`), then mirostat's μ; `dry`
-    DRY's penalties (V,) for this step (None: DRY subtracts nothing)."""
+    DRY's penalties (V,) for this step (None: DRY subtracts nothing), `mask` the grammar's (None: it cuts nothing),
+    `think` a soft think budget's raise (None: it adds nothing)."""
+    given = Given(dry, mask, think)
     cuts = [Cut(apply_penalties(ops, raw, s, *hist))] if hist else []
     for _, fn in stages:
-        cuts.append(fn(ops, cuts[-1].x if cuts else raw, u, dry))
+        cuts.append(fn(ops, cuts[-1].x if cuts else raw, u, given))
     return cuts

@@ -1,7 +1,8 @@
 """Presets: named sampler settings, shipped or the user's own, not tied to any model.
 
-A preset holds what shapes each step's distribution (temperature, the filters, the penalties, the stage order);
-applying one leaves the seed, the length and the stop strings as they are. The user's presets live in one
+A preset holds what shapes each step's distribution (temperature, the filters, the penalties, the stage order, and a
+constraint if it was saved with one); applying one leaves the seed, the length and the stop strings as they are
+(and the constraint, for a preset without one). The user's presets live in one
 versioned JSON file (`presets.json` in the platform's user data folder), written atomically. A damaged file, or
 one from a newer version, gives one `PresetFileError` and is never overwritten: until it is moved away or
 repaired, the store reads as the shipped presets alone and refuses to save.
@@ -18,12 +19,13 @@ from typing import Any
 
 from app.core.files import check_header, parse_json, write_atomic
 from app.core.settings import FIELDS, SamplerSettings, SettingsError, StageOrder, parse_order, read_settings
+from app.core.stage_inputs import Constraint
 
 FORMAT = "logitlab-presets"
 VERSION = 1
 MAX_NAME = 60
 # every numeric sampler setting but the length, and the order (a logit bias names one model's tokens: not kept)
-PRESET_FIELDS = (*(f.name for f in FIELDS if f.name != "max_tokens"), "order", "chain")
+PRESET_FIELDS = (*(f.name for f in FIELDS if f.name != "max_tokens"), "order", "chain", "think_soft", "think_markers")
 LAST, FIRST = StageOrder.TEMPERATURE_LAST, StageOrder.TEMPERATURE_FIRST
 
 
@@ -43,7 +45,10 @@ class Preset:
     shipped: bool = False
 
     def values(self) -> dict[str, Any]:
-        return {f: getattr(self.settings, f) for f in PRESET_FIELDS}
+        """The settings the preset sets: PRESET_FIELDS, and its constraint when it has one (a preset without
+        leaves the constraint being edited as it is)."""
+        constraint = {"constraint": self.settings.constraint} if self.settings.constraint else {}
+        return {**{f: getattr(self.settings, f) for f in PRESET_FIELDS}, **constraint}
 
     def apply(self, current: SamplerSettings) -> SamplerSettings:
         """`current` with this preset's values; seed, max tokens and stop strings kept."""
@@ -54,8 +59,8 @@ class Preset:
         return all(_same(v, getattr(s, f)) for f, v in self.values().items())
 
     def to_dict(self) -> dict[str, Any]:
-        values = {f: (v.value if isinstance(v, StageOrder) else list(v) if isinstance(v, tuple) else v)
-                  for f, v in self.values().items()}
+        values = {f: (v.value if isinstance(v, StageOrder) else list(v) if isinstance(v, tuple) else
+                      v.to_dict() if isinstance(v, Constraint) else v) for f, v in self.values().items()}
         return {"name": self.name, "note": self.note, "settings": values}
 
     @classmethod
@@ -66,7 +71,8 @@ class Preset:
         if not isinstance(note, str):
             raise TypeError("a preset's note is text")
         name = check_name(d.get("name"))
-        return cls(name, read_settings({k: v for k, v in d["settings"].items() if k in PRESET_FIELDS}), note)
+        kept = (*PRESET_FIELDS, "constraint")
+        return cls(name, read_settings({k: v for k, v in d["settings"].items() if k in kept}), note)
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -15,16 +15,19 @@ from functools import lru_cache
 
 import numpy as np
 
-from app.core.record.record import Sample
-from app.core.sampler.pipeline import Cut, Dist, History, Stage, bump, make_stages, run_stages, sanitize
+from app.core.record.record import GrammarStep, Sample
+from app.core.sampler.grammar_step import Check, rejected, replayed
+from app.core.sampler.pipeline import Dist, History, Stage, bump, grammar_first, make_stages, run_stages, sanitize
 from app.core.sampler.stages import dry_penalties, dry_vector, next_mu, xtc_uniform
-from app.core.sampler.step_output import CutRows, Drawn, Mode, Recorded, StepOutput, StepScalars
+from app.core.sampler.step_output import CutRows, Drawn, Mode, Recorded, StepOutput
+from app.core.sampler.step_record import RECORD_K as RECORD_K  # (where the window and the command line read it)
+from app.core.sampler.step_record import cut_rows, host_record, make_record, stage_rows
+from app.core.sampler.think_budget import bias_vector
 from app.core.settings import SamplerSettings
 from backends.ops import NUMPY, Array, ArrayOps, vmap
 
 NAN = float("nan")
 U_MAX = 1 - 2**-23
-RECORD_K = 256  # raw logits kept per step for re-sampling without the model
 
 
 class NoValidTokenError(RuntimeError):
@@ -62,6 +65,7 @@ class PendingSample:
     us: tuple[float, ...]  # each row's uniform
     top_n: int
     rows: bool = False  # B rows mapped together, else one row
+    checks: tuple[Check | None, ...] = ()  # each row's grammar at this step, where a constraint runs
 
     @property
     def tokens(self) -> Array:  # (1,) one row's, (B, 1) B rows'; int, on the device
@@ -74,28 +78,44 @@ class PendingSample:
 
     def results(self) -> list[Sample | int]:
         """Each row's outcome (its token id, or its record), in row order."""
+        return self.read()()
+
+    def read(self) -> Callable[[], list[Sample | int]]:
+        """Read the step's arrays to the host now; the call returned makes each row's outcome from them. Without a
+        constraint's check (which may draw again on the device) that call is numpy only: any thread may run it."""
         arrays = self.outputs
         self.ops.sync(list(arrays))
         host = [self.ops.numpy(a) for a in arrays]  # one transfer per array, for every row
         by_row = [[a[i] for a in host] for i in range(len(self.us))] if self.rows else [host]
-        kind = type(self.out)
-        return [finish(kind.from_arrays(r), self.stage_names, u, self.top_n)
-                for r, u in zip(by_row, self.us, strict=True)]
+        kind, names, top_n = type(self.out), self.stage_names, self.top_n
+        checks = self.checks or (None,) * len(self.us)
+        return lambda: [finish(kind.from_arrays(r), names, u, top_n, c)
+                        for r, u, c in zip(by_row, self.us, checks, strict=True)]
+
+    @property
+    def host_only(self) -> bool:
+        """Whether `read()`'s call runs on numpy alone (no constraint's check: nothing drawn again on the device)."""
+        return not self.checks
 
     def result(self) -> Sample | int:
         """The one row's outcome."""
         return self.results()[0]
 
 
-def finish(host: StepOutput, stage_names: tuple[str, ...], u: float, top_n: int) -> Sample | int:
-    """A step's outcome from its arrays on the host: the token id (`Drawn`) or the trace's record."""
+def finish(host: StepOutput, stage_names: tuple[str, ...], u: float, top_n: int,
+           check: Check | None = None) -> Sample | int:
+    """A step's outcome from its arrays on the host: the token id (`Drawn`) or the trace's record; with a constraint's
+    `check`, what its grammar did (a token it refused after the draw, "on_reject", drawn again with it first)."""
     if not math.isfinite(host.final_lse):
         raise NoValidTokenError("the model produced no finite logits (NaN or infinity): try float32")
+    if check is not None and check.redraw is not None and not check.allowed.allows(int(host.token[0])):
+        return check.redraw(int(host.token[0]))
     if isinstance(host, Drawn):
         return int(host.token[0])
     if isinstance(host, CutRows):
-        host = _host_record(host, stage_names, top_n)
-    return host.sample(stage_names, u)
+        host = host_record(host, stage_names, top_n)
+    s = host.sample(stage_names, u)
+    return s if check is None else check.allowed.record(s, host.removed)
 
 
 def start_sample(
@@ -117,11 +137,41 @@ def start_sample(
     vocab = int(logits.shape[0])
     key = step_key(ops, settings, vocab, top_n, record, history)
     step, names = _step_function(ops, *key)
+    before = before_step(ops, history)
     # -inf arithmetic is intended (masks); a step with no finite logit is caught in `result`.
     with np.errstate(all="ignore"):
         out, bumped = step(logits, ops.f32(uniforms(u)), *step_state(ops, settings, history, vocab))
     keep_state(settings, history, bumped, out.token)
-    return PendingSample(ops, out, names, (u,), key[2])
+    check = grammar_check(ops, logits, settings, u, history, before, top_n, record)
+    return PendingSample(ops, out, names, (u,), key[2], checks=(check,) if check is not None else ())
+
+
+def before_step(ops: ArrayOps, history: History | None) -> History | None:
+    """For a row with a matcher: its grammar's mask for this step, made before the draw, and the history as it is
+    (a copy, for an "on_reject" redraw: its arrays are never written in place, only replaced); else None."""
+    if history is None or history.grammar is None:
+        return None
+    history.grammar.mask(history.host_ids(ops))
+    return replace(history)
+
+
+def grammar_check(ops: ArrayOps, logits: Array, settings: SamplerSettings, u: float, history: History | None,
+                  before: History | None, top_n: int, record: bool) -> Check | None:
+    """The step's `Check` for a row with a matcher (None without one); "on_reject": its redraw puts the history back
+    as it was `before` the step, then draws the same uniform with the grammar first."""
+    if history is None or history.grammar is None or before is None or settings.constraint is None:
+        return None
+    allowed = history.grammar.allowed(ops, logits)
+    if grammar_first(settings):
+        return Check(allowed)
+    first = settings.with_(constraint=replace(settings.constraint, place="first"))  # type: ignore[arg-type]
+
+    def redraw(token: int) -> Sample | int:
+        vars(history).update(vars(before))
+        return rejected(start_sample(ops, logits, first, u, history=history, top_n=top_n, record=record).result(),
+                        token)
+
+    return Check(allowed, redraw)
 
 
 StepKey = tuple[SamplerSettings, int, int, Mode, bool]  # settings (pipeline), vocabulary, top-N, mode, penalties
@@ -131,7 +181,7 @@ def step_key(ops: ArrayOps, settings: SamplerSettings, vocab: int, top_n: int, r
              history: History | None) -> StepKey:
     """What the device step is made for: the steps of one key are one function (compiled, or mapped over rows)."""
     mode: Mode = (CutRows if ops.host_record else Recorded) if record else Drawn
-    return _pipeline(settings), vocab, min(top_n, vocab), mode, history is not None and settings.uses_penalties
+    return pipeline_of(settings), vocab, min(top_n, vocab), mode, history is not None and settings.uses_penalties
 
 
 def uniforms(u: float) -> list[float]:
@@ -148,6 +198,10 @@ def step_state(ops: ArrayOps, settings: SamplerSettings, history: History | None
         hist = (*hist, ops.f32(mu))
     if settings.dry_multiplier > 0:  # DRY's penalties, from the tokens on the host: in last, out unchanged
         hist = (*hist, ops.f32(_dry(ops, settings, history, vocab)))
+    if settings.soft_budget:  # a soft think budget's raise, from the think span on the host: in last, out unchanged
+        hist = (*hist, ops.f32(bias_vector(None if history is None else history.think, vocab)))
+    if grammar_first(settings):  # the grammar's mask, from the row's matcher on the host: in last, out unchanged
+        hist = (*hist, ops.f32(_mask(ops, history, vocab)))
     return hist
 
 
@@ -159,7 +213,7 @@ def keep_state(settings: SamplerSettings, history: History | None, bumped: Seque
         history.context, history.generated = bumped[:2]
     if settings.mirostat_tau > 0:
         history.mu = bumped[2 if settings.uses_penalties else 0]
-    if settings.dry_multiplier > 0:
+    if settings.dry_multiplier > 0 or settings.constraint is not None:  # (both follow the tokens on the host)
         history.pending, history.dry = token, None
 
 
@@ -173,8 +227,15 @@ def _dry(ops: ArrayOps, s: SamplerSettings, history: History | None, vocab: int)
     return dry_vector(dry_penalties(ids, s.dry_multiplier, s.dry_base, s.dry_allowed_length, history.breakers), vocab)
 
 
+def _mask(ops: ArrayOps, history: History | None, vocab: int) -> np.ndarray:
+    """The grammar's mask (V,) for the next draw, from the row's matcher (every token without one: a re-sample)."""
+    if history is None or history.grammar is None:
+        return np.ones(vocab, dtype=np.float32)
+    return history.grammar.mask(history.host_ids(ops))
+
+
 @lru_cache(maxsize=64)
-def _pipeline(settings: SamplerSettings) -> SamplerSettings:
+def pipeline_of(settings: SamplerSettings) -> SamplerSettings:
     """`settings.pipeline()`, cached: the step function's key, computed once per run rather than every step."""
     return settings.pipeline()
 
@@ -231,12 +292,18 @@ def _device_step(ops: ArrayOps, stages: Sequence[Stage], s: SamplerSettings, top
     record (`Recorded`) or what the host makes it from (`CutRows`). `u` (2,): the draw's uniform, then XTC's;
     `hist`: the penalties' counts, then mirostat's μ when it is on (each handed back updated)."""
     raw = sanitize(ops, logits)
+    grammar = grammar_first(s)
+    mask = hist[-1] if grammar else None  # (the last state array: the grammar's mask)
+    hist = hist[:-1] if grammar else hist
+    think = hist[-1] if s.soft_budget else None  # (then a soft think budget's raise)
+    hist = hist[:-1] if s.soft_budget else hist
     miro, dry_on = s.mirostat_tau > 0, s.dry_multiplier > 0
     dry = hist[-1] if dry_on else None
     state = hist[:-1] if dry_on else hist
     counts, mu = (state[:-1], state[-1]) if miro else (state, None)
-    cuts = run_stages(ops, stages, s, raw, ops.stack([u[0], u[1], mu]) if miro else u, *counts, dry=dry)
-    rows = _rows(ops, raw, cuts) if mode is Recorded else Dist(ops, cuts[-1].x)
+    cuts = run_stages(ops, stages, s, raw, ops.stack([u[0], u[1], mu]) if miro else u, *counts, dry=dry,
+                      think=think, mask=mask)
+    rows = stage_rows(ops, raw, cuts) if mode is Recorded else Dist(ops, cuts[-1].x)
     cdf = ops.cumsum(rows.e[-1] / rows.z[-1] if mode is Recorded else rows.p)  # the final distribution
     # u is capped one float32 step below 1 so that u * total < total survives rounding: the first index where
     # the CDF passes u * total always exists and always has p > 0.
@@ -248,88 +315,15 @@ def _device_step(ops: ArrayOps, stages: Sequence[Stage], s: SamplerSettings, top
         bumped = (*bumped, next_mu(ops, mu, p_drawn, s.mirostat_tau, s.mirostat_eta))
     if dry_on:
         bumped = (*bumped, dry)
-    if mode is Recorded:
-        return _record(ops, raw, cuts, rows, tok, top_n), bumped
+    if think is not None:
+        bumped = (*bumped, think)
+    if mask is not None:
+        bumped = (*bumped, mask)
+    if mode is Recorded:  # (the grammar, where it runs, is the first stage after the penalties)
+        return make_record(ops, raw, cuts, rows, tok, top_n, len(cuts) - len(stages) if grammar else None), bumped
     if mode is CutRows:
-        return _cut_rows(ops, raw, cuts, rows.lse, tok), bumped
+        return cut_rows(ops, raw, cuts, rows.lse, tok), bumped
     return Drawn(tok, ops.stack([rows.lse])), bumped  # lse (1,): `result` checks it is finite
-
-
-def _cut_rows(ops: ArrayOps, raw: Array, cuts: list[Cut], lse: Array, tok: Array) -> CutRows:
-    """What the host's record needs of the pipeline, which it then does not run again. A handful of arrays the
-    device has computed anyway, read in one transfer each."""
-    cut_at = ops.stack([*(NAN if c.line is None else c.line for c in cuts), *(_own(c) for c in cuts), lse])
-    orders = tuple(ops.stack(list(c.order)) for c in cuts if c.order is not None)
-    return CutRows(tok, cut_at, ops.stack([raw, *(c.x for c in cuts)]), orders)
-
-
-def _own(c: Cut) -> Array | float:
-    """A stage's threshold in its own terms (top-p's mass, another's `prob`); NaN for none."""
-    return c.mass if c.mass is not None else NAN if c.prob is None else c.prob
-
-
-def _host_record(host: CutRows, names: tuple[str, ...], top_n: int) -> Recorded:
-    """`_device_step`'s record on numpy, from the `CutRows` of a step with the stages `names`."""
-    values, orders, x = host.cut_at.tolist(), iter(host.orders), host.rows  # floats: cheaper to test than numpy's
-    stages = len(names)
-    lines, owns = values[:stages], values[stages:-1]
-    cuts = [Cut(x[i + 1], line=None if math.isnan(line) else np.float32(line),
-                prob=None if math.isnan(own) else own, order=tuple(next(orders)) if name == "top_p" else None)
-            for i, (name, line, own) in enumerate(zip(names, lines, owns, strict=True))]
-    with np.errstate(all="ignore"):
-        return _record(NUMPY, x[0], cuts, Dist(NUMPY, x), host.token.astype(np.int64), top_n)
-
-
-def _rows(ops: ArrayOps, raw: Array, cuts: list[Cut]) -> Dist:
-    """The distributions the record reads, as rows of one (S+1, V) array: row s is stage s's input, the last
-    row the final distribution (which the token is drawn from)."""
-    return Dist(ops, ops.stack([raw, *(c.x for c in cuts)]))
-
-
-def _record(ops: ArrayOps, raw: Array, cuts: list[Cut], rows: Dist, tok: Array, top_n: int) -> Recorded:
-    """What the trace keeps of one step: the drawn token's numbers, the top-K raw logits and, over the top-N raw
-    candidates, each stage's input and output probabilities, what it kept and its threshold."""
-    vocab, last = raw.shape[0], len(cuts)
-    top_vals, top_ids = ops.topk(raw, min(RECORD_K, vocab))
-    ids = top_ids[:top_n]
-    finite = ops.isfinite(rows.x[1:])  # (S, V): what each stage left
-    cumulative = [_cumulative(ops, c, rows.x[i], ids) for i, c in enumerate(cuts) if c.order is not None]
-    raw_tok = ops.take(raw, tok)
-    rank = ops.sum(raw > raw_tok) + ops.sum((raw == raw_tok) & (ops.arange(vocab) < tok))
-    logp = rows.xm[:, tok][:, 0] - rows.log_z  # (S+1,) the token's log-probability in each row
-    entropy, lse = rows.entropy(slice(None, None, last)), rows.lse  # rows 0 and S (raw, final) only: a view
-    scalars = StepScalars(token=ops.f32(tok[0]), prob=ops.exp(logp[last]), raw_logprob=logp[0], rank=ops.f32(rank),
-                          entropy=entropy[0], final_entropy=entropy[1], raw_lse=lse[0], final_lse=lse[last])
-    return Recorded(
-        token=tok, scalars=ops.stack(list(scalars)), kept_counts=ops.sum(finite, axis=-1), top_ids=top_ids,
-        top_logits=top_vals, probs=rows.at(ids), kept=finite[:, ids],
-        thresholds=ops.stack([_threshold(ops, c, rows, i) for i, c in enumerate(cuts)]),
-        top_p_cumulative=cumulative[0] if cumulative else None,
-    )
-
-
-def _threshold(ops: ArrayOps, cut: Cut, rows: Dist, i: int) -> Array | float:
-    """Where stage i cut, in the probability space of its input (row i of `rows`); NaN for a stage that cuts
-    nothing. A logit line maps through the input's own softmax: top-k's is then exactly its k-th token's
-    probability, min-p's min_p × the top probability."""
-    if cut.mass is not None:
-        return cut.mass
-    if cut.prob is not None:
-        return cut.prob
-    if cut.line is not None:
-        return ops.exp(cut.line - rows.m[i]) / rows.z[i]
-    return NAN
-
-
-def _cumulative(ops: ArrayOps, cut: Cut, x: Array, ids: Array) -> Array:
-    """(N,) the running mass top-p computed at each candidate `ids` of its input `x`, in its own order (value
-    descending, ties to lower ids): at the position after every larger value and the tied candidates before.
-    (A token outside the top-N tied with a candidate, at a lower id, would be ahead of it too: only penalties
-    can make one, and only by an exact float tie; it is not counted.)"""
-    sorted_x, cdf = cut.order
-    v = ops.take(x, ids)
-    ahead = ops.sum((v[None, :] == v[:, None]) & (ids[None, :] < ids[:, None]), axis=-1)  # tied, lower id
-    return ops.take(cdf, ops.minimum(ops.count_above(sorted_x, v) + ahead, sorted_x.shape[0] - 1))
 
 
 def resample(
@@ -342,8 +336,10 @@ def resample(
     generated_ids: Sequence[int] = (),
     top_n: int = 20,
     recorded: Sample | None = None,
+    grammar: GrammarStep | None = None,
 ) -> Sample:
-    """Re-apply `settings` to a recorded step without the model, over its top-`RECORD_K` raw logits.
+    """Re-apply `settings` to a recorded step without the model, over its top-`RECORD_K` raw logits (with a
+    constraint: its `grammar` there, which recorded what it allowed of them).
 
     Exact whenever every token the new settings keep is among the recorded ones and the cut does not depend
     on the unrecorded tail: greedy, top-k ≤ RECORD_K (then any top-p / min-p / penalties), min-p alone; a
@@ -359,14 +355,14 @@ def resample(
     hist = History.start(NUMPY, len(ids), local([*context_ids, *generated_ids]))
     gen = np.bincount(np.asarray(local(generated_ids), dtype=np.int64), minlength=len(ids))
     hist.generated = gen.astype(np.float32)
-    hist.mu = _recorded_mu(recorded)
+    hist.mu, hist.grammar = _recorded_mu(recorded), replayed(grammar, settings, by_id)
     if settings.dry_multiplier > 0:  # over the whole vocabulary's ids (no breakers: the tokenizer is not here)
         pen = dry_penalties([*context_ids, *generated_ids], settings.dry_multiplier, settings.dry_base,
                             settings.dry_allowed_length)
         hist.dry = dry_vector({remap[t]: v for t, v in pen.items() if t in remap}, len(ids))
     s = sample(NUMPY, sub, settings, u, history=hist, top_n=top_n)
     assert isinstance(s, Sample)
-    s = replace(s, token=int(ids[s.token]), top_ids=ids[s.top_ids])
+    s = replace(s, token=int(ids[s.token]), top_ids=ids[s.top_ids], grammar=s.grammar and grammar)
     return s if recorded is None else _with_raw_of(s, recorded)
 
 

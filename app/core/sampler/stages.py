@@ -1,5 +1,6 @@
 """The sampler stages, each one small function `(ops, x, ...) -> Cut`: temperature, top-k, top-p, min-p, typical-p,
-top-n-sigma, epsilon and eta cutoffs, XTC, dynamic temperature, mirostat v2, DRY and logit bias; and `BUILDERS`,
+top-n-sigma, epsilon and eta cutoffs, XTC, dynamic temperature, mirostat v2, DRY, logit bias and a constraint's
+grammar (its mask made on the host, `constraint.py`); and `BUILDERS`,
 which makes each stage of the table (`app.core.stage_table`, same names) from the settings.
 
 Written once against `ArrayOps` (numpy is the reference; mlx and torch run the same code). A stage records where it
@@ -179,9 +180,23 @@ def apply_logit_bias(ops: ArrayOps, x: Array, bias: Array) -> Cut:
 
 
 
+def apply_grammar(ops: ArrayOps, x: Array, mask: Array | None) -> Cut:
+    """A constraint's grammar: cut every token it does not allow next (`mask` (V,): 1 allowed, 0 not; made on the host
+    by `constraint.Matcher`); None (no matcher: a step without a history) cuts nothing."""
+    return Cut(x if mask is None else ops.where(mask > 0, x, NEG_INF))
+
+
 def apply_dry(ops: ArrayOps, x: Array, penalty: Array | None) -> Cut:
     """DRY: subtract each token's repetition penalty (`dry_penalties`, as a (V,) vector); none without a history."""
     return Cut(x if penalty is None else x - penalty)
+
+
+def apply_think_budget(ops: ArrayOps, x: Array, bias: Array | None) -> Cut:
+    """A soft think budget: add what the host made of it (`think_budget.bias_vector`, (V,): the closing marker's
+    raise, 0 elsewhere; None without a history adds nothing). Records the raise as its threshold, in nats."""
+    if bias is None:
+        return Cut(x, prob=0.0)
+    return Cut(x + bias, prob=ops.max(bias))
 
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -231,14 +246,23 @@ def dry_breaker_ids(token_text: Callable[[int], str], vocab: int, breakers: tupl
 
 
 # the stages as the pipeline runs them ---------------------------------------------------------------------------
-# A stage: its name in the record, and its function of (ops, logits (V,), the step's numbers (2,) or (3,), DRY's
-# penalties (V,) or None).
-Stage = tuple[str, Callable[[ArrayOps, Array, Array, Array | None], Cut]]
+class Given(NamedTuple):
+    """What the host hands a step's stages beyond the logits and the step's numbers: DRY's penalties (V,) and the
+    grammar's mask (V,) (`apply_grammar`); None where off."""
+
+    dry: Array | None = None
+    mask: Array | None = None
+    think: Array | None = None  # a soft think budget's raise (V,) (`think_budget.bias_vector`)
+
+
+# A stage: its name in the record, and its function of (ops, logits (V,), the step's numbers (2,) or (3,), what the
+# host gave).
+Stage = tuple[str, Callable[[ArrayOps, Array, Array, Given], Cut]]
 
 
 def _plain(name: str, fn: Callable[..., Cut], **kw: Any) -> Stage:
     """A stage that does not read the step's uniforms."""
-    return name, lambda ops, x, u, dry: fn(ops, x, **kw)
+    return name, lambda ops, x, u, given: fn(ops, x, **kw)
 
 
 def _temperature(s: SamplerSettings, vocab: int) -> Stage:
@@ -267,9 +291,12 @@ BUILDERS: dict[str, Callable[[SamplerSettings, int], Stage]] = {
     "top_n_sigma": lambda s, v: _plain("top_n_sigma", apply_top_n_sigma, n=s.top_n_sigma),
     "epsilon_cutoff": lambda s, v: _plain("epsilon_cutoff", apply_epsilon_cutoff, epsilon=s.epsilon_cutoff),
     "eta_cutoff": lambda s, v: _plain("eta_cutoff", apply_eta_cutoff, epsilon=s.eta_cutoff),
-    "xtc": lambda s, v: ("xtc", lambda ops, x, u, dry: apply_xtc(ops, x, u[1], s.xtc_threshold, s.xtc_probability)),
-    "dry": lambda s, v: ("dry", lambda ops, x, u, dry: apply_dry(ops, x, dry)),
+    "xtc": lambda s, v: ("xtc", lambda ops, x, u, given: apply_xtc(ops, x, u[1], s.xtc_threshold,
+                                                                    s.xtc_probability)),
+    "dry": lambda s, v: ("dry", lambda ops, x, u, given: apply_dry(ops, x, given.dry)),
+    "think_budget": lambda s, v: ("think_budget", lambda ops, x, u, given: apply_think_budget(ops, x, given.think)),
     # μ is the step's third number; a caller that hands only two (no run state) gets the starting μ, 2τ
-    "mirostat": lambda s, v: ("mirostat", lambda ops, x, u, dry: apply_mirostat(
+    "mirostat": lambda s, v: ("mirostat", lambda ops, x, u, given: apply_mirostat(
         ops, x, u[2] if u.shape[0] > 2 else ops.f32(2 * s.mirostat_tau))),
+    "grammar": lambda s, v: ("grammar", lambda ops, x, u, given: apply_grammar(ops, x, given.mask)),
 }

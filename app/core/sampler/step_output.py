@@ -43,16 +43,18 @@ class StepScalars(NamedTuple):
     final_entropy: Array
     raw_lse: Array
     final_lse: Array  # not finite: no finite logit to draw from
+    removed: Array  # the probability a constraint's grammar stage removed from its input (NaN: none ran)
 
 
 _FINAL_LSE = StepScalars._fields.index("final_lse")
+_REMOVED = StepScalars._fields.index("removed")
 
 
 class Recorded(NamedTuple):
     """A step that records: its token and what a `Sample` keeps, over the top-N raw candidates and the S stages."""
 
     token: Array  # (1,) int
-    scalars: Array  # (8,) float32: a `StepScalars`, stacked
+    scalars: Array  # (9,) float32: a `StepScalars`, stacked
     kept_counts: Array  # (S,) tokens of the whole vocabulary each stage kept
     top_ids: Array  # (K,) the top-K raw logits' ids, descending (K = RECORD_K or the vocabulary)
     top_logits: Array  # (K,)
@@ -64,6 +66,12 @@ class Recorded(NamedTuple):
     @property
     def final_lse(self) -> float:
         return float(self.scalars[_FINAL_LSE])
+
+    @property
+    def removed(self) -> float | None:
+        """The probability the grammar stage removed (None: no grammar stage ran)."""
+        v = float(self.scalars[_REMOVED])
+        return None if v != v else v
 
     def arrays(self) -> tuple[Array, ...]:
         return tuple(self) if self.top_p_cumulative is not None else tuple(self)[:-1]

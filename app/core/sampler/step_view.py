@@ -52,8 +52,9 @@ class Preview:
 
 
 def stages_kept(s: Sample) -> list[StageKept]:
-    """Each stage of a full record with its survivors (`kept_counts`) and their mass in its input; [] if partial."""
-    out, counts = [], s.kept_counts.tolist()
+    """Each stage of a full record with its survivors (`kept_counts`) and their mass in its input; [] if partial.
+    Steering, which acts in the forward before every stage and cuts nothing, leads where it ran (`Sample.steer`)."""
+    out, counts = [StageKept("steering", None, None)] if s.steer is not None else [], s.kept_counts.tolist()
     for i, name in enumerate(s.stage_names):
         kept = s.kept[i]  # (N,)
         left_all = kept.all() if i == 0 else counts[i] >= counts[i - 1]  # what it received, it passed on
@@ -82,7 +83,8 @@ def resample_step(run: RunTrace, i: int, settings: SamplerSettings, recorded_onl
         how = "taken by a beam search, not drawn" if s.is_taken else "reported by a server, not recorded in full"
         raise ValueError(f"step {i} was {how}: it cannot be re-sampled")
     return resample(s.top_ids, s.top_logits, settings, s.u, context_ids=run.prompt_ids,
-                    generated_ids=run.token_ids[:i], top_n=st.top_n, recorded=None if recorded_only else s)
+                    generated_ids=run.token_ids[:i], top_n=st.top_n, recorded=None if recorded_only else s,
+                    grammar=s.grammar)
 
 
 def make_preview(run: RunTrace, i: int, settings: SamplerSettings) -> Preview:

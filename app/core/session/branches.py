@@ -17,6 +17,7 @@ import numpy as np
 
 from app.core.events import FinishReason, Request
 from app.core.models.sources import ModelSpec
+from app.core.record.multiverse import Multiverse
 from app.core.record.trace import RunTrace, Sample, StepTrace
 from app.core.sampler.pipeline import History, apply_penalties
 from app.core.sampler.sampling import RECORD_K
@@ -99,11 +100,31 @@ def _restep(st: StepTrace, sample: Sample) -> StepTrace:
 
 
 def branch_request(trace: RunTrace, step: int, settings: SamplerSettings, *, kind: str, force: int | None = None,
-                   spec: ModelSpec | None = None, top_n: int = 20) -> Request:
-    """The request that continues `trace` from `step`: its first `step` steps inherited, `force` taken there.
-    The seed is `settings.seed` (the caller decides: the parent's, to go on with its uniforms, or a new one)."""
+                   spec: ModelSpec | None = None, top_n: int = 20, then: tuple[int, ...] = ()) -> Request:
+    """The request that continues `trace` from `step`: its first `step` steps inherited, `force` taken there (and
+    `then` at the steps after, one each: a multiverse path). The seed is `settings.seed` (the caller decides: the
+    parent's, to go on with its uniforms, or a new one)."""
     return Request(model=spec or ModelSpec(), prompt_ids=tuple(trace.prompt_ids), settings=settings, top_n=top_n,
-                   inherited=tuple(trace.steps[:step]), force=force, parent=(trace.run_id, step), branch=kind)
+                   inherited=tuple(trace.steps[:step]), force=force, force_after=then, parent=(trace.run_id, step),
+                   branch=kind)
+
+
+def path_request(tree: Multiverse, node: int, settings: SamplerSettings, *, spec: ModelSpec | None = None,
+                 parent: RunTrace | None = None, top_n: int = 20) -> Request:
+    """The run that takes multiverse node `node`'s path after the tree's prefix, then goes on drawing under
+    `settings`: a fork of `parent` (the run the tree looked ahead from) at the step it looked from, its steps before
+    inherited and its seed's uniforms going on; or, from the prompt's end, a new run of the prompt. It draws at least
+    the path."""
+    path = tree.path_ids(node)
+    if not path:
+        raise ValueError("the root is the prefix itself: pick a node after it")
+    k = len(tree.start)
+    s = settings.with_(max_tokens=max(settings.max_tokens, k + len(path)))
+    if parent is not None:
+        return branch_request(parent, k, s.with_(seed=parent.seed), kind="fork", force=path[0], spec=spec,
+                              top_n=top_n, then=path[1:])
+    return Request(model=spec or ModelSpec(), prompt_ids=tree.prompt_ids, settings=s, top_n=top_n, force=path[0],
+                   force_after=path[1:])
 
 
 def replay_request(trace: RunTrace, settings: SamplerSettings, r: Replay, *, spec: ModelSpec | None = None,

@@ -1,7 +1,7 @@
 """What the session's views showed, as the core recorded it, so that a reopened session draws it again: the beam
 search (each step's cut, the hypotheses, each one's steps as a run), the speculative run's rounds and totals, the
-sweep's grid with each cell's statistics, and the Sample ×N list's. Plain records that name runs by id
-(`Views.renumbered`: as a reopened session numbers them), and their JSON, the session file's `views` object
+sweep's grid with each cell's statistics, the Sample ×N list's, the multiverse's tree. Plain records that name runs
+by id (`Views.renumbered`: as a reopened session numbers them), and their JSON, the session file's `views` object
 (`views_json`, `read_views`; a view that showed nothing has no key). No Qt, no models: nothing is recomputed; what
 the records hold (numpy's, through the traces) is imported when read, not before the window's first paint.
 """
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from app.core.files import brief
 from app.core.models.sources import ModelSpec
 from app.core.plain_json import from_json, to_json
+from app.core.record.multiverse import Multiverse
 from app.core.record.spec_record import SpecRound, SpecStats, SpecSummary
 from app.core.session.run_group import model_json, read_model
 
@@ -78,6 +79,14 @@ class SamplesRecord:
 
 
 @dataclass(frozen=True)
+class MultiverseRecord:
+    """The multiverse the dock showed: the model it grew on, and the tree (its origin names a run by id)."""
+
+    model: ModelSpec
+    multiverse: Multiverse
+
+
+@dataclass(frozen=True)
 class Views:
     """Each view's record (None: it showed nothing to keep)."""
 
@@ -85,16 +94,27 @@ class Views:
     speculative: SpecRecord | None = None
     sweep: SweepRecord | None = None
     samples: SamplesRecord | None = None
+    multiverse: MultiverseRecord | None = None
 
     def renumbered(self, new_ids: Mapping[int, int]) -> Views:
         """The records with their runs' ids as `new_ids` maps them: a run it does not map is left out (0 where a
         single one is named)."""
         spec, sweep, samples = self.speculative, self.sweep, self.samples
         return replace(
-            self, speculative=spec and replace(spec, run_id=new_ids.get(spec.run_id, 0)),
+            self, multiverse=self.multiverse and _multiverse(self.multiverse, new_ids),
+            speculative=spec and replace(spec, run_id=new_ids.get(spec.run_id, 0)),
             sweep=sweep and replace(sweep, cells=tuple(_cell(c, new_ids) for c in sweep.cells)),
             samples=samples and replace(samples, run_ids=_ids(samples.run_ids, new_ids),
                                         result=_comparison(samples.result, new_ids)))
+
+
+def _multiverse(r: MultiverseRecord, new_ids: Mapping[int, int]) -> MultiverseRecord:
+    """Its origin's run renumbered; a run left out leaves it looking ahead from no run (its prefix is its own)."""
+    origin = r.multiverse.origin
+    if origin is None:
+        return r
+    moved = (new_ids[origin[0]], origin[1]) if origin[0] in new_ids else None
+    return replace(r, multiverse=replace(r.multiverse, origin=moved))
 
 
 def _ids(ids: tuple[int, ...], new_ids: Mapping[int, int]) -> tuple[int, ...]:
@@ -115,6 +135,8 @@ def _cell(c: SweptCell, new_ids: Mapping[int, int]) -> SweptCell:
 def views_json(views: Views) -> dict[str, Any]:
     """The `views` object: one key per view with a record."""
     out: dict[str, Any] = {} if views.beam is None else {"beam": _beam_json(views.beam)}
+    if (mv := views.multiverse) is not None:
+        out["multiverse"] = {"model": model_json(mv.model), "tree": mv.multiverse.to_dict()}
     for key in ("speculative", "sweep", "samples"):
         if (record := getattr(views, key)) is not None:
             out[key] = to_json(record)
@@ -193,7 +215,14 @@ def _steps(value: Any, where: str) -> tuple[Any, ...]:
     return tuple(read_step(_object(s, f"{where}[{i}]"), i, texts) for i, s in enumerate(value))
 
 
-READERS = {"beam": _read_beam, "speculative": _read_spec, "sweep": _read_sweep, "samples": _read_samples}
+def _read_multiverse(value: Any) -> MultiverseRecord:
+    obj, where = _object(value, "views.multiverse"), "views.multiverse"
+    return MultiverseRecord(read_model(_read(obj, "model", dict, where), f"{where}.model."),
+                            Multiverse.from_dict(_read(obj, "tree", dict, where), f"{where}.tree"))
+
+
+READERS = {"beam": _read_beam, "speculative": _read_spec, "sweep": _read_sweep, "samples": _read_samples,
+           "multiverse": _read_multiverse}
 
 
 def _read(obj: dict[str, Any], key: str, tp: Any, where: str) -> Any:

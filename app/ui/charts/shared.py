@@ -26,6 +26,7 @@ FINAL = QColor(255, 140, 0)  # orange: what the sampler drew from
 DRAWN = QColor(220, 20, 60)  # crimson outline: the drawn token
 UNCERTAIN = QColor(148, 103, 189, 200)  # purple: a step among the most uncertain
 CUT = QColor(150, 150, 150, 110)
+THINK = QColor(123, 104, 238)  # medium slate blue: a thinking model's think span (its band, the budget's cut)
 
 
 def _faded(c: QColor, alpha: int = 110) -> QColor:
@@ -60,6 +61,9 @@ _LOOKS: dict[str, tuple[QColor, Qt.PenStyle | None]] = {
     "mirostat": (QColor(0, 128, 128), Qt.PenStyle.DashDotDotLine),  # its line: 2^-μ
     "dynatemp": (CUT, None),  # its record's threshold is the temperature it applied
     "dry": (QColor(205, 92, 92), None),  # subtracts penalties: cuts nothing, no line
+    "think_budget": (QColor(123, 104, 238), None),  # raises the closing marker: cuts nothing, no line
+    "grammar": (QColor(106, 76, 147), None),  # a constraint's mask: cuts what cannot come next, no threshold
+    "steering": (QColor(218, 112, 214), None),  # a vector in the forward: moves the logits, cuts nothing
 }
 STAGES = {name: StageStyle(stage_table.label(name), color, line) for name, (color, line) in _LOOKS.items()}
 

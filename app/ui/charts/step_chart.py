@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 
 import numpy as np
 import pyqtgraph as pg
@@ -38,6 +39,7 @@ from app.ui.charts.step_scale import Scale
 from app.ui.formatting import EMPTY, format_prob, visible
 
 MAX_LABEL = 7
+BEFORE_CHARS = 24  # of the text before a step, in a grammar cut's tooltip
 CHAR_PX = 7  # about one character of the tick font: labels are cut to what fits under a bar
 MIN_BAR_PX = 30  # a candidate's room at least: a narrower chart draws fewer candidates, each label readable
 MIN_BARS = 8
@@ -106,6 +108,7 @@ class StepChart(ThemedPlot):
         self.scale = Scale(log=True)
         self.max_n = max_n
         self.drawn_text = ""
+        self.before = ""  # the text generated before the step shown
         self.outside: DrawnOutside | None = None  # the drawn token, shown after a gap
         self.n = 0  # candidates drawn
         pi = self.getPlotItem()
@@ -155,14 +158,14 @@ class StepChart(ThemedPlot):
         """Probabilities on a log axis (True) or a linear one; the record shown is drawn again."""
         self.scale.log = log
         if self.shown is not None:
-            self.show_sample(*self.shown, drawn_text=self.drawn_text)
+            self.show_sample(*self.shown, drawn_text=self.drawn_text, before=self.before)
         else:
             self._set_axis()
 
-    def show_sample(self, s: Sample, texts: tuple[str, ...], drawn_text: str = "") -> None:
+    def show_sample(self, s: Sample, texts: tuple[str, ...], drawn_text: str = "", before: str = "") -> None:
         """Draw record `s` (its candidates' texts `texts`; `drawn_text`: the drawn token's, for when it is not
-        among the candidates drawn)."""
-        self.shown, self.drawn_text = (s, texts), drawn_text
+        among the candidates drawn; `before`: the text generated before the step, which a grammar's cut follows)."""
+        self.shown, self.drawn_text, self.before = (s, texts), drawn_text, before
         n = min(len(texts), self.max_n, s.top_n, self._room())
         self.n = n
         self.outside = drawn_outside(s, n)
@@ -303,7 +306,7 @@ class StepChart(ThemedPlot):
         self._fit_note()
         self.legend.lay_out()
         if self.shown is not None:
-            self.show_sample(*self.shown, drawn_text=self.drawn_text)
+            self.show_sample(*self.shown, drawn_text=self.drawn_text, before=self.before)
 
     def _hover(self, pos: object) -> None:
         x = self.getPlotItem().vb.mapSceneToView(pos).x()
@@ -322,8 +325,12 @@ class StepChart(ThemedPlot):
         drawn = " · <b>taken by the beam</b>" if s.is_taken else " · <b>drawn</b>"
         rows = [f"<code>{html.escape(visible(texts[i]))}</code> · rank {i} by the model"
                 + (drawn if int(s.top_ids[i]) == s.token else ""), _probs_tip(s, i)]
-        if (stage := s.cut_by(i)) is not None:
+        if (stage := s.cut_by(i)) == "grammar":
+            rows.append(_grammar_tip(texts[i], self.before))
+        elif stage is not None:
             rows.append(f"<b>cut by {stage_style(stage).label}</b>: {_why(s, stage)}")
+        elif s.grammar is not None and not s.grammar.legal_top[i]:  # on reject, no mask applied: the draw was legal
+            rows.append(f"<i>{_grammar_tip(texts[i], self.before)} (not applied: the token drawn was legal)</i>")
         return "<br>".join(rows)
 
 
@@ -344,6 +351,14 @@ def _mass_axis(pi: pg.PlotItem) -> tuple[pg.ViewBox, pg.PlotDataItem, pg.Infinit
     view.addItem(cumulative)
     view.addItem(line)
     return view, cumulative, line
+
+
+def _grammar_tip(text: str, before: str) -> str:
+    """A candidate the grammar refuses, with the recorded text it cannot follow (its last characters)."""
+    tail = visible(re.sub(r"\s{4,}", lambda m: m[0][:3] + "…", before))  # (a long indent, shortened: its start)
+    tail = tail if len(tail) <= BEFORE_CHARS else "…" + tail[-BEFORE_CHARS:]
+    after = f"follow <code>{html.escape(tail)}</code>" if before else "come first"
+    return f"<b>cut by the grammar</b>: <code>{html.escape(visible(text))}</code> cannot {after}"
 
 
 def _probs_tip(s: Sample, i: int) -> str:

@@ -1,4 +1,6 @@
-"""The run timeline: p(drawn) and entropy over the run, the most uncertain steps marked.
+"""The run timeline: p(drawn), entropy and varentropy over the run, the most uncertain steps marked; a thinking model's
+spans as bands, each labelled with its mean entropy, varentropy and DeepConf confidence, and a budget's cut as a line
+(the figures are the core's, `record.span_stats`, read from each step's record).
 
 Drawn with the charts' shared pieces (app/ui/charts/shared.py); imported, with pyqtgraph, after the first paint
 (app/ui/charts/chart_host.py).
@@ -15,9 +17,10 @@ from PySide6.QtGui import QColor, QFont, QPalette
 from PySide6.QtWidgets import QWidget
 
 from app.core.events import Step
+from app.core.record.span_stats import SpanStats, confidence, span_means, varentropy
 from app.core.record.trace import StepTrace
 from app.core.session.branches import uncertain_steps
-from app.ui.charts.shared import DRAWN, FINAL, RAW, UNCERTAIN, ThemedPlot, _faded, _show_tip, finite
+from app.ui.charts.shared import DRAWN, FINAL, RAW, THINK, UNCERTAIN, ThemedPlot, _faded, _show_tip, finite
 from app.ui.formatting import DIVERGED, format_prob
 
 MARK_PX = 15  # the uncertain-step marks' size
@@ -68,8 +71,12 @@ class TimelineChart(ThemedPlot):
         self.vb2.setXLink(pi)
         self.entropy = pg.PlotDataItem(pen=pg.mkPen(RAW, width=1), **thin)
         self.vb2.addItem(self.entropy)
+        # varentropy beside entropy, on its axis (nats²): dashed, in the same colour
+        self.varentropy = pg.PlotDataItem(pen=pg.mkPen(RAW.darker(140), width=1, style=Qt.PenStyle.DashLine), **thin)
+        self.vb2.addItem(self.varentropy)
+        self.spans = SpanBands(self)
         pi.vb.sigResized.connect(self._sync_views)
-        for item in (self.prob, self.entropy):
+        for item in (self.prob, self.entropy, self.varentropy):
             item.setClipToView(True)
             item.setDownsampling(auto=True, method="peak")
         self.cursor = pg.InfiniteLine(angle=90, pen=pg.mkPen(DRAWN, width=1))
@@ -120,6 +127,7 @@ class TimelineChart(ThemedPlot):
         self.prob.setVisible(prob)
         pi.showAxis("left", prob)
         self.entropy.setVisible(entropy)
+        self.varentropy.setVisible(entropy)
         pi.showAxis("right", entropy)
         self._series = which
         self._say()
@@ -129,9 +137,15 @@ class TimelineChart(ThemedPlot):
         self._p = np.zeros(1024)
         self._h = np.zeros(1024)
         self._model = np.zeros(1024, dtype=bool)  # step i's p is under the model (its sampled p not observed)
+        self._v, self._c = np.zeros(1024), np.zeros(1024)  # varentropy, DeepConf confidence (the core's, per step)
+        self._k: list[int] = []  # the k of each step's confidence
+        self._labels: list[str] = []  # each step's span ("think", "answer", "tool"; "": no reasoning markers)
+        self.forced: list[int] = []  # steps a think budget forced
         self.n = 0
         self.prob.setData([], [])
         self.entropy.setData([], [])
+        self.varentropy.setData([], [])
+        self.spans.clear()
         self.cursor.setValue(0)
         self.cursor.setVisible(False)  # no run, no step to point at
         self.marks.setData([], [])
@@ -154,10 +168,15 @@ class TimelineChart(ThemedPlot):
         k = len(probs)
         if self.n + k > self._p.size:
             size = max(self._p.size * 2, self.n + k)
-            self._p, self._h, self._model = (np.resize(a, size) for a in (self._p, self._h, self._model))
+            self._p, self._h, self._model, self._v, self._c = (
+                np.resize(a, size) for a in (self._p, self._h, self._model, self._v, self._c))
         self._p[self.n : self.n + k] = probs
         self._h[self.n : self.n + k] = entropies
         self._model[self.n : self.n + k] = False if under_model is None else under_model
+        self._v[self.n : self.n + k] = math.nan
+        self._c[self.n : self.n + k] = math.nan
+        self._k += [0] * k
+        self._labels += [""] * k
         self.n += k
 
     def redraw(self) -> None:
@@ -168,14 +187,15 @@ class TimelineChart(ThemedPlot):
                 item.setSymbol(symbol)
                 item.setSymbolSize(4)
         p, h = self._p[: self.n], self._h[: self.n]
-        for item, v in ((self.prob, p), (self.entropy, h)):
+        for item, v in ((self.prob, p), (self.entropy, h), (self.varentropy, self._v[: self.n])):
             _set_known(item, x, v)
-        h = finite(h)
+        h = np.maximum(finite(h), finite(self._v[: self.n]))  # (the right axis holds both)
         marked = uncertain_steps(self._h[: self.n], above=self.uncertain_above)
         self.marks.setData(marked, [MARK_ROW[0]] * len(marked), data=h[marked] if marked else [])
         top = max(1.0, float(h.max()) * 1.05 if self.n else 1.0)
         self.vb2.setYRange(0, top * MARK_ROW[1], padding=0)  # the curves under the marks' row, as p's are
         self.getPlotItem().setXRange(0, max(self.n - 1, 10), padding=0.02)
+        self.spans.show(self.span_stats(), self.forced, 1.0)  # (labels hang below p = 1, under the marks' row)
         for vb in (self.getPlotItem().vb, self.vb2):  # the new range applied now: applied in the paint, it moves
             vb.prepareForPaint()  # the items again and asks for a second paint of the whole chart
         self._say()
@@ -212,11 +232,25 @@ class TimelineChart(ThemedPlot):
     def append_steps(self, steps: list[Step]) -> None:
         """Each step's best known p(drawn) (`StepTrace.drawn_prob`: a server's record gives the model's) and its
         entropy; what was not reported is NaN: a gap, never a number."""
-        known = [(s.trace.drawn_prob, s.trace.sample.entropy) for s in steps if s.trace is not None]
+        traces = [s.trace for s in steps if s.trace is not None]
+        known = [(t.drawn_prob, t.sample.entropy) for t in traces]
         nan = math.nan
+        start = self.n
         self.append([nan if p is None else p for (p, _), _h in known],
                     [nan if h is None else h for _p, h in known],
                     [kind == "model" for (_, kind), _h in known])
+        for i, t in enumerate(traces, start):  # the span and its figures, as the core reads them from the record
+            conf, v = confidence(t.sample), varentropy(t.sample)
+            self._c[i], self._k[i] = conf if conf is not None else (nan, 0)
+            self._v[i] = nan if v is None else v
+            self._labels[i] = t.span
+            if t.forced == "budget":
+                self.forced.append(t.step)
+
+    def span_stats(self) -> list[SpanStats]:
+        """Each span's means (`span_stats.span_means`) over the steps drawn."""
+        n = self.n
+        return span_means(self._labels, self._h[:n], self._v[:n], self._c[:n], self._k) if any(self._labels) else []
 
     def show_step(self, _i: int, trace: StepTrace, streaming: bool = False) -> None:
         """Redraw with the cursor on `trace`'s step; while a run streams, half a chart interval later, so that this
@@ -243,7 +277,14 @@ class TimelineChart(ThemedPlot):
         if self._model[step]:
             tip += " (the server's sampling not observed)"
         tip += " · entropy " + ("not reported" if math.isnan(h) else f"{h:.2f} nats")
+        if math.isfinite(v := float(self._v[step])):
+            tip += f" · varentropy {v:.2f}"
+        if math.isfinite(c := float(self._c[step])):
+            tip += f" · confidence {c:.2f} (k {self._k[step]})"
+        if self._labels[step]:
+            tip += f" · {self._labels[step]}" + (" (forced by the think budget)" if step in self.forced else "")
         return tip + " — click to select"
+
 
     def _hover(self, pos: object) -> None:
         x = self.getPlotItem().vb.mapSceneToView(pos).x()
@@ -256,3 +297,63 @@ class TimelineChart(ThemedPlot):
         step = round(pos.x())
         if 0 <= step < self.n and not math.isnan(pos.x()):
             self.step_clicked.emit(step)
+
+
+class SpanBands:
+    """A thinking model's spans over the timeline: the think span as a band, each span labelled with its means (entropy
+    H, varentropy V, DeepConf confidence C with its k), and a line where a think budget forced the span closed. Items
+    made once per span and reused; a run has a few."""
+
+    def __init__(self, chart: pg.PlotWidget) -> None:
+        self.chart = chart
+        self.bands: list[pg.LinearRegionItem] = []
+        self.labels: list[pg.TextItem] = []
+        self.cuts: list[pg.InfiniteLine] = []
+        self.said: list[str] = []  # what each span's label says (what a test reads)
+
+    def clear(self) -> None:
+        for item in (*self.bands, *self.labels, *self.cuts):
+            item.setVisible(False)
+        self.said = []
+
+    def show(self, stats: list[SpanStats], forced: list[int], y: float) -> None:
+        self.clear()
+        for i, sp in enumerate(stats):
+            band, label = self._item(i)
+            band.setRegion((sp.start - 0.5, sp.end - 0.5))
+            band.setVisible(sp.kind == "think")
+            label.setText(words(sp))
+            late = bool(stats) and sp.start > 0.6 * stats[-1].end  # (a span near the end: its label ends there)
+            label.setAnchor((1, 0) if late else (0, 0))
+            label.setPos((sp.end if late else sp.start) - 0.5, y - 0.14 * (i % 2))  # (next spans' rows alternate)
+            label.setVisible(True)
+            self.said.append(label.toPlainText())
+        for i, step in enumerate(forced):
+            if i == len(self.cuts):
+                line = pg.InfiniteLine(angle=90, pen=pg.mkPen(THINK, width=2), label="budget",
+                                       labelOpts={"position": 0.1, "color": THINK})
+                self.chart.addItem(line)
+                self.cuts.append(line)
+            self.cuts[i].setValue(step)
+            self.cuts[i].setVisible(True)
+
+    def _item(self, i: int) -> tuple[pg.LinearRegionItem, pg.TextItem]:
+        if i == len(self.bands):
+            band = pg.LinearRegionItem(movable=False, brush=pg.mkBrush(_faded(THINK, 38)), pen=pg.mkPen(None))
+            band.setZValue(-10)
+            label = pg.TextItem(anchor=(0, 0), color=THINK.darker(130))
+            for item in (band, label):
+                self.chart.addItem(item)
+            self.bands.append(band)
+            self.labels.append(label)
+        return self.bands[i], self.labels[i]
+
+
+def words(sp: SpanStats) -> str:
+    """A span's label: its kind and means ("think · H 2.31 · V 1.20 · C 3.05 (k 20)"); a figure not recorded is left
+    out."""
+    parts = [sp.kind]
+    for name, value in (("H", sp.entropy), ("V", sp.varentropy), ("C", sp.confidence)):
+        if value is not None:
+            parts.append(f"{name} {value:.2f}")
+    return " · ".join(parts) + (f" (k {sp.k})" if sp.confidence is not None else "")

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.models.sources import BUILTIN_LABEL, BUILTIN_NAME, ModelSpec, model_label
+from app.core.models.sources import BUILTIN_LABEL, BUILTIN_NAME, BUILTIN_THINKING_NAME, ModelSpec, model_label
 from app.ui.panels.load_status import LoadStatus
 from app.ui.panels.remote_fields import RemoteFields
 from app.ui.viewmodel.editing_state import EditingState
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from app.ui.viewmodel.playground import Playground
 
 OPT_IN_LABELS = {"trust_remote_code": "Allow its code", "allow_pickle": "Allow pickle weights"}  # the banner's button
+BACKEND_LABELS = {"llamacpp": "llama.cpp"}  # a backend's name as the list shows it (else its name)
 
 
 class ModelBar(QWidget):
@@ -49,10 +50,10 @@ class ModelBar(QWidget):
         self.state = state if state is not None else EditingState(self)
         self._showing = False  # the state's model is being put into the fields: not an edit
         self.backend = QComboBox(toolTip="Which framework runs the model; auto: MLX on Apple Silicon, else "
-                                 "torch (and torch for a .gguf file)")
+                                 "torch (a .gguf file: llama.cpp where it is installed, else torch)")
         self.backend.addItem("auto", "auto")
-        for name in ("mlx", "torch", "remote"):
-            self.backend.addItem(name, name)
+        for name in ("mlx", "torch", "llamacpp", "remote"):
+            self.backend.addItem(BACKEND_LABELS.get(name, name), name)
             if not installed(name):
                 item = self.backend.model().item(self.backend.count() - 1)
                 item.setEnabled(False)
@@ -62,6 +63,7 @@ class ModelBar(QWidget):
         self.model.setMinimumContentsLength(22)
         self.model.lineEdit().setPlaceholderText("folder or hub id, e.g. Qwen/Qwen2.5-0.5B-Instruct")
         self.model.addItem(BUILTIN_LABEL, BUILTIN_NAME)
+        self.model.addItem(BUILTIN_THINKING_NAME, BUILTIN_THINKING_NAME)  # its name is what source() reads back
         browse = QToolButton(text="…", toolTip="Choose a model: cached, recent, a folder or a hub id (Ctrl+O)")
         browse.clicked.connect(self.browse)
         self.device = QComboBox(toolTip="torch device; auto picks CUDA, then Apple MPS, then CPU")
@@ -71,8 +73,8 @@ class ModelBar(QWidget):
         for d in ("auto", "bfloat16", "float16", "float32"):
             self.dtype.addItem(d, None if d == "auto" else d)
         self.threads = QSpinBox(minimum=0, maximum=MAX_THREADS, specialValueText="threads: auto", prefix="threads: ",
-                                toolTip="torch: CPU threads; auto: 1 for a model under 50M parameters (faster, "
-                                "and much faster on a busy machine), else torch's default")
+                                toolTip="torch and llama.cpp: CPU threads; auto: 1 for a model under 50M parameters "
+                                "(faster, and much faster on a busy machine), else the framework's default")
         self.quantize = QComboBox(toolTip="MLX: quantize the weights as they load (group size 64): less memory, "
                                   "slightly different distributions")
         for label, bits in (("full precision", None), ("4-bit", 4), ("8-bit", 8)):
@@ -154,8 +156,11 @@ class ModelBar(QWidget):
             return ModelSpec(source=source, backend="remote", base_url=self.remote.base_url(),
                              api_key_env=self.remote.api_key_env(), concurrency=self.remote.concurrency.value())
         allowed = self.opt_ins.get(source, []) + self.cli_opt_ins.get(source, [])
-        opts = dataclasses.replace(self.base_options, device=self.device.currentData(), dtype=self.dtype.currentData(),
-                                   quantize_bits=self.quantize.currentData(), threads=self.threads.value() or None,
+        own_types = self.engine() == "llamacpp"  # llama.cpp runs the file's own types: no dtype, no quantize-on-load
+        opts = dataclasses.replace(self.base_options, device=self.device.currentData(),
+                                   dtype=None if own_types else self.dtype.currentData(),
+                                   quantize_bits=None if own_types else self.quantize.currentData(),
+                                   threads=self.threads.value() or None,
                                    trust_remote_code="trust_remote_code" in allowed,
                                    allow_pickle="allow_pickle" in allowed)
         return ModelSpec(source=source, backend=self.backend.currentData(), options=opts,
@@ -216,8 +221,9 @@ class ModelBar(QWidget):
 
     def _show_engine_fields(self) -> None:
         engine = None if self.is_remote() else self.engine()
-        self.threads.setVisible(engine == "torch")  # each shown only where it applies: the bar fits 900 px
+        self.threads.setVisible(engine in ("torch", "llamacpp"))  # each only where it applies: the bar fits 900 px
         self.quantize.setVisible(engine == "mlx")
+        self.dtype.setVisible(not self.is_remote() and engine != "llamacpp")  # llama.cpp: the file's own types
 
     def _show_server_models(self, names: list[str] | None, status: str) -> None:
         self.load_status.show_status(status)

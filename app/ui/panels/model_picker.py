@@ -26,8 +26,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.models.catalog import ModelEntry, scan_cache, scan_folder
-from app.core.models.sources import BUILTIN_NAME, HUB_ID, model_label
+from app.core.models.catalog import ModelEntry, builtin_entry, builtin_thinking_entry, scan_cache, scan_folder
+from app.core.models.sources import HUB_ID, model_label
 from app.ui.panels.info import human_bytes
 
 
@@ -42,7 +42,7 @@ class ModelPicker(QDialog):
         self.resize(760, 420)
         cached = scan_cache(cache_dir)
         self.folders = [f for f in folders if Path(f).is_dir()]
-        self.entries = [ModelEntry(BUILTIN_NAME, "", 0, "llama", ("mlx", "torch"), None), *cached,
+        self.entries = [builtin_entry(), *filter(None, [builtin_thinking_entry()]), *cached,
                         *(e for f in self.folders for e in scan_folder(f))]
         known = {e.source for e in self.entries}
         self.entries += [ModelEntry(r, r, 0, "recent", (), None) for r in recent if r not in known]
@@ -61,8 +61,9 @@ class ModelPicker(QDialog):
         folder = QPushButton("Open folder…", toolTip="A model folder, or a folder of models (.gguf files, "
                              "model folders) to list here")
         folder.clicked.connect(self._folder)
-        gguf = QPushButton("Open .gguf file…", toolTip="A GGUF file (llama.cpp, LM Studio): the torch backend "
-                           "loads it, dequantized")
+        gguf = QPushButton("Open .gguf file…", toolTip="A GGUF file (llama.cpp, LM Studio): the llama.cpp backend "
+                           "runs it on its own quantized weights (pip install llama-cpp-python); without it, torch "
+                           "loads it dequantized")
         gguf.clicked.connect(self._gguf_file)
         self.hint = QLabel("")
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
@@ -73,7 +74,7 @@ class ModelPicker(QDialog):
         row.addWidget(folder)
         row.addWidget(gguf)
         box = QVBoxLayout(self)
-        box.addWidget(QLabel(f"The built-in model, <b>{len(cached)} in your Hugging Face cache</b>, your model "
+        box.addWidget(QLabel(f"The built-in models, <b>{len(cached)} in your Hugging Face cache</b>, your model "
                              "folders' and recent ones:"))
         box.addWidget(self.table, 1)
         box.addLayout(row)

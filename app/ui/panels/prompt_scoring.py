@@ -1,8 +1,9 @@
 """The prompt's surprisal, below the prompt editor while the Surprisal toggle is on: each token shaded by its
 log-probability under the model, given the tokens before it. It never scores a prompt itself: it asks for a score
 (`score_wanted`, debounced after an edit) and draws the `Scored` record handed back if it is still of the prompt
-shown; one score is in flight at a time (edits during a long run pile nothing up), one failed or cancelled is asked
-again. It reads the prompt as the editor renders it (`PromptEditor.model_text`); its view is built when first shown.
+shown, with token healing's notice when the prompt ends at a boundary the model rarely saw (Heal: `Healer`); one
+score is in flight at a time (edits during a long run pile nothing up), one failed or cancelled is asked again. It
+reads the prompt as the editor renders it (`PromptEditor.model_text`); its view is built when first shown.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QPushButton
 
 from app.ui.charts.chart_host import LazyHost
+from app.ui.viewmodel.healing import Healer
 
 if TYPE_CHECKING:
     from app.core.events import Scored
@@ -30,7 +32,8 @@ class PromptScoring(QObject):
     def __init__(self, editor: PromptEditor) -> None:
         super().__init__(editor)
         self._editor = editor
-        self.host = LazyHost(_surprisal_view)  # hidden at start: built when first shown
+        self.host = LazyHost(self._new_view)  # hidden at start: built when first shown
+        self.healer: Healer | None = None  # the heal verb, once bound to the view-model
         self.host.hide()
         self.button = QPushButton("Surprisal", checkable=True,
                                   toolTip="Shade the prompt's tokens by how unlikely the model finds each one, given "
@@ -52,6 +55,8 @@ class PromptScoring(QObject):
     def bind(self, pg: Playground) -> None:
         """Scores asked of the view-model, and drawn when back; a failed request is not waited for."""
         self.score_wanted.connect(lambda: self.expect(pg.score_edited()))
+        self.healer = Healer(pg, self)
+        self.healer.compared.connect(lambda typed, healed, text: self.view.show_healed(typed, healed, text))
         pg.scored.connect(self.show)
         pg.failed.connect(self.failed)
         pg.opt_in_needed.connect(self.failed)
@@ -117,6 +122,7 @@ class PromptScoring(QObject):
         self._in_flight = False
         if self._is_current(ev):
             self.view.show_score(ev.score, self._editor.tokenizer.token_text)
+            self._show_boundary(ev)
         if self._rescore:
             self._rescore = False
             self.request()
@@ -143,7 +149,15 @@ class PromptScoring(QObject):
         return r is not None and r.error is None and r.text == ev.prompt_text and r.ids == ev.score.ids
 
 
-def _surprisal_view() -> SurprisalView:
-    from app.ui.run_view.surprisal_view import SurprisalView
+    def _show_boundary(self, ev: Scored) -> None:
+        """Token healing's notice: the prompt's last token as its surprisal record sees it (the core's reading)."""
+        from app.core.decoding.healing import boundary, text_of  # (loaded with the score's record: after a run)
 
-    return SurprisalView()
+        self.view.show_boundary(boundary(ev.score, text_of(self._editor.tokenizer)), not self._editor.chat_mode)
+
+    def _new_view(self) -> SurprisalView:
+        from app.ui.run_view.surprisal_view import SurprisalView
+
+        view = SurprisalView()
+        view.heal_requested.connect(lambda: self.healer is not None and self.healer.heal())
+        return view

@@ -4,7 +4,9 @@ Each numeric setting is a slider bound to a number box with a reset button; the 
 ranges, so a value that is not allowed cannot be entered (top-k's slider stops at 200; its box takes any k, and a
 larger one, from a preset or a session, is kept as it is). Seed (with new-seed and lock), stop strings and the
 stage order follow: an engine's order picked from a list, or the stages dragged into any order. The rarer
-samplers (typical-p, top-n-sigma, XTC, dynamic temperature, epsilon and eta, logit bias) fold under "More samplers".
+samplers (typical-p, top-n-sigma, XTC, dynamic temperature, epsilon and eta, a thinking model's budget and markers,
+logit bias) fold under "More samplers",
+the constraint (`constraint/`: what the text must match) under "Constraint".
 The panel is bound to the `EditingState`: an edit writes its settings there (or says why they are not valid), and
 it shows whatever settings the state holds; a remote model marks what a server may not apply.
 """
@@ -14,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -42,6 +44,7 @@ from app.core.settings import (
     write_escapes,
 )
 from app.core.stage_table import ORDER_LABELS
+from app.ui.panels.constraint.section import ConstraintSection
 from app.ui.panels.logit_bias_editor import LogitBiasEditor
 from app.ui.panels.presets_box import PresetsBox
 from app.ui.panels.sliders import LabeledDoubleSlider, LabeledSlider, line_up
@@ -96,6 +99,39 @@ def _column_width(grid: QGridLayout, col: int) -> int:
                default=0)
 
 
+class ThinkFields(QWidget):
+    """Beside the think budget's slider: its mode (soft: a stage raising the closing marker; else the marker is forced
+    at the budget) and a custom pair of reasoning markers, for a model whose tokenizer's are not found."""
+
+    edited = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.soft = QCheckBox("Soft budget", toolTip="Soft: the think budget raises the closing marker's logit as it "
+                              "nears (a stage) instead of forcing it at the budget")
+        self.soft.toggled.connect(self.edited)
+        tip = ("A thinking model's reasoning markers, where its tokenizer's are not found (empty: <think> and "
+               "</think>, or gpt-oss's channels)")
+        self.opening = QLineEdit(placeholderText="<think>", toolTip=tip)
+        self.closing = QLineEdit(placeholderText="</think>", toolTip=tip)
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.soft)
+        row.addWidget(QLabel("Markers", toolTip=tip))
+        for edit in (self.opening, self.closing):
+            edit.editingFinished.connect(self.edited)
+            row.addWidget(edit, 1)
+
+    def markers(self) -> tuple[str, ...]:
+        pair = (read_escapes(self.opening.text()), read_escapes(self.closing.text()))
+        return pair if any(pair) else ()  # (one of two given: the settings say why that will not do)
+
+    def show_settings(self, s: SamplerSettings) -> None:
+        self.soft.setChecked(s.think_soft)
+        for edit, text in zip((self.opening, self.closing), s.think_markers or ("", ""), strict=True):
+            edit.setText(write_escapes(text))
+
+
 class SamplerPanel(QWidget):
     def __init__(self, state: EditingState | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -121,6 +157,9 @@ class SamplerPanel(QWidget):
         self.stop_edit.setFixedHeight(self.fontMetrics().lineSpacing() * 3 + 12)
         self.stop_edit.textChanged.connect(self._edited)
         box.addWidget(self.stop_edit)
+        self.constraint = ConstraintSection()  # (folded: what the text must match)
+        self.constraint.edited.connect(self._edited)
+        box.addWidget(self.constraint)
         self._add_order(box)
         reset = QPushButton("Reset all", toolTip="Every setting back to its default")
         reset.clicked.connect(self.reset_all)
@@ -143,7 +182,8 @@ class SamplerPanel(QWidget):
         self.more_toggle = QToolButton(text="More samplers", checkable=True, autoRaise=True,
                                        toolButtonStyle=Qt.ToolButtonStyle.ToolButtonTextBesideIcon,
                                        arrowType=Qt.ArrowType.RightArrow, toolTip="Typical-p, top-n-sigma, XTC, "
-                                       "dynamic temperature, epsilon and eta cutoffs, logit bias")
+                                       "dynamic temperature, epsilon and eta cutoffs, DRY, mirostat, a thinking "
+                                       "model's budget, logit bias")
         self.more = QWidget(visible=False)
         inner = QVBoxLayout(self.more)
         inner.setContentsMargins(0, 0, 0, 0)
@@ -153,6 +193,9 @@ class SamplerPanel(QWidget):
         self.breakers.editingFinished.connect(self._edited)
         inner.addWidget(QLabel("DRY breakers", toolTip=self.breakers.toolTip()))
         inner.addWidget(self.breakers)
+        self.think = ThinkFields()
+        self.think.edited.connect(self._edited)
+        inner.addWidget(self.think)
         inner.addWidget(QLabel("Logit bias", toolTip="A value added to chosen tokens' logits, first in every order"))
         self.bias = LogitBiasEditor()
         self.bias.pairs_changed.connect(self._edited)
@@ -250,6 +293,7 @@ class SamplerPanel(QWidget):
             note.setVisible(remote)
         self.order.setEnabled(not remote)
         self.stages.setEnabled(not remote)
+        self.constraint.set_remote(remote)
 
     def new_seed(self) -> None:
         self.state.new_seed()
@@ -261,7 +305,9 @@ class SamplerPanel(QWidget):
         """The settings as the editors show them (raises SettingsError for one that is not valid)."""
         values = {f.name: (int if f.integer else float)(self.editors[f.name].value()) for f in FIELDS}
         return SamplerSettings(**values, seed=self.seed.value(), stop=self.stops(), order=self._chain[0],
-                               chain=self._chain[1], logit_bias=self.bias.pairs(), dry_breakers=self._breakers())
+                               chain=self._chain[1], logit_bias=self.bias.pairs(), dry_breakers=self._breakers(),
+                               constraint=self.constraint.constraint(), think_soft=self.think.soft.isChecked(),
+                               think_markers=self.think.markers())
 
     def _breakers(self) -> tuple[str, ...]:
         """The DRY breakers box as a JSON list of strings (SettingsError when it is not one)."""
@@ -310,6 +356,8 @@ class SamplerPanel(QWidget):
             self.stop_edit.setPlainText("\n".join(write_escapes(x) for x in s.stop))
             self.bias.set_pairs(s.logit_bias)
             self.breakers.setText(json.dumps(list(s.dry_breakers), ensure_ascii=False))
+            self.constraint.set_constraint(s.constraint)
+            self.think.show_settings(s)
         finally:
             self._showing = False
         self._edited()

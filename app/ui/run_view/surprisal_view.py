@@ -11,14 +11,18 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from PySide6.QtCore import Signal
 from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from app.core.record.export import SHADES
 
 if TYPE_CHECKING:
+    from app.core.decoding.healing import Boundary
     from app.core.decoding.surprisal import PromptScore
+    from app.core.record.trace import StepTrace
 from app.ui.formatting import format_logprob, format_prob, shown_piece, visible
+from app.ui.run_view.healing_view import HealComparison, HealNotice
 from app.ui.run_view.token_spans import Legend, TokenSpans
 
 SURPRISE_DECADES = 4  # the surprisal scale runs from p = 1 (clear) to p <= 1e-4 (full colour), log-spaced
@@ -116,9 +120,12 @@ def surprisal_tooltip(score: PromptScore, i: int, token_text: Callable[[int], st
 
 class SurprisalView(QWidget):
     """The surprisal text under a header: the title, a short status (perplexity, or "scoring…") and the legend.
-    What it is waiting for (a model, a prompt) is the empty text's placeholder."""
+    What it is waiting for (a model, a prompt) is the empty text's placeholder. Under the text, token healing: a
+    notice when the prompt ends at a rare boundary (`heal_requested` when Heal is pressed), and a healed run's first
+    step beside the unhealed one's."""
 
     EMPTY = "Each prompt token, shaded by how surprising the model finds it."
+    heal_requested = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -142,6 +149,17 @@ class SurprisalView(QWidget):
         box.setContentsMargins(0, 0, 0, 0)
         box.addLayout(head)
         box.addWidget(self.text, 1)
+        self.notice, self.healed = HealNotice(), HealComparison()
+        self.notice.heal_requested.connect(self.heal_requested)
+        box.addWidget(self.notice)
+        box.addWidget(self.healed)
+
+    def show_boundary(self, b: Boundary | None, healable: bool) -> None:
+        """The prompt's last token's boundary (None: nothing to say)."""
+        self.notice.show_boundary(b, healable)
+
+    def show_healed(self, before: StepTrace, after: StepTrace, text: str) -> None:
+        self.healed.show_steps(before, after, text)
 
     def show_score(self, score: PromptScore, token_text: Callable[[int], str]) -> None:
         self.text.show_score(score, token_text)
@@ -169,3 +187,4 @@ class SurprisalView(QWidget):
         self.text.clear_score()
         self.text.setPlaceholderText(why or self.EMPTY)
         self.set_status("")
+        self.notice.hide()

@@ -94,3 +94,14 @@ class Legend(QWidget):
         painter.fillRect(self.rect(), g)
         painter.setPen(self.palette().mid().color())
         painter.drawRect(self.rect().adjusted(0, 0, -1, -1))
+
+
+SHADING = {  # what shades the output's tokens (TokenText.shaded_by): the legend's label and tooltip
+    frozenset({"sampled"}): ("p = 0", "Background shade = probability of the drawn token in the final distribution"),
+    frozenset({"model"}): ("p under the model = 0", "Background shade = the drawn token's probability under the "
+                           "model, as the server reported it: the server samples by itself, and the distribution "
+                           "it drew from was not observed"),
+    frozenset({"sampled", "model"}): ("p (or under the model) = 0", "Background shade = probability of the drawn "
+                                      "token in the final distribution; under the model for the steps a server "
+                                      "drew, whose sampling was not observed"),
+}

@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QSizePolicy,
     QStackedWidget,
     QTextEdit,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -32,19 +33,13 @@ from app.core.session.edits import EDIT
 from app.ui.formatting import DIVERGED, INHERITED, format_prob, recorded_prob, visible
 from app.ui.run_view.output_edit import OutputEdit
 from app.ui.run_view.output_editor import typed_format
-from app.ui.run_view.token_spans import Legend, TokenSpans
+from app.ui.run_view.think_fold import ThinkFold, fold_format, fold_text, folded_span, half_shade, think_format
+from app.ui.run_view.token_spans import SHADING, Legend, TokenSpans
 
 if TYPE_CHECKING:
     from app.ui.viewmodel.playground import Playground
 
 ALTERNATIVES = 5  # tokens offered by the output's branch menu
-
-
-def _faded_shade(c: QColor) -> QColor:
-    """A token's shade at half its opacity: the inherited text's background."""
-    c = QColor(c)
-    c.setAlpha(c.alpha() // 2)
-    return c
 
 
 class TokenText(TokenSpans):
@@ -61,6 +56,8 @@ class TokenText(TokenSpans):
         self._end_format = QTextCharFormat()
         self._end_format.setForeground(QColor(128, 128, 128))
         self._end_format.setFontItalic(True)
+        self.think = ThinkFold()
+        self._fold_format = fold_format()
         self.clear_run()
 
     def _format(self, level: int) -> QTextCharFormat:
@@ -77,6 +74,10 @@ class TokenText(TokenSpans):
         self._branch: int | None = None  # the step where this run left its parent: the steps before are its
         self._prefix = 0  # characters before the first token: an edit's text, which its prompt holds
         self.shaded_by: set[str] = set()  # which probabilities shade the tokens: "sampled", "model" (drawn_prob)
+        self._steps: list[Step] = []  # what was appended, drawn again when the think span folds or unfolds
+        self._end: str | None = None
+        self._diverged: int | None = None
+        self.think.reset()
 
     def set_branch(self, step: int | None) -> None:
         """Steps before `step` were taken over from the parent: they are drawn muted (None: a root run)."""
@@ -87,7 +88,7 @@ class TokenText(TokenSpans):
             fmt = QTextCharFormat(fmt)
             fmt.setForeground(INHERITED)
             if fmt.hasProperty(QTextCharFormat.Property.BackgroundBrush):
-                fmt.setBackground(_faded_shade(fmt.background().color()))
+                fmt.setBackground(half_shade(fmt.background().color()))
         return fmt
 
     def show_edit(self, text: str, kept: int) -> None:
@@ -111,6 +112,7 @@ class TokenText(TokenSpans):
         """The first token that differs from the parent's (or, when that token shows no text of its own, the first
         one after it that does) in bold red with a wave underline, carried on to the next token while it is only
         white space."""
+        self._diverged = step
         i = bisect.bisect_left(self._step_of, step)
         if i >= len(self._step_of):
             return
@@ -136,22 +138,57 @@ class TokenText(TokenSpans):
         for s in steps:
             if s.trace is not None:
                 self._traces[s.step] = s.trace
-            if not s.text:
-                continue
-            self._step_of.append(s.step)
-            p, kind = s.trace.drawn_prob if s.trace is not None else (None, None)  # a server's: under the model
-            level = shade(p)
-            fmt = self._formats[level] if level is not None else self._plain  # no probability reported
-            if kind is not None:
-                self.shaded_by.add(kind)
-            if self._branch is not None:
-                fmt = self._branch_format(fmt, s.step)
-            self.insert_span(cursor, s.text, fmt)
+            self._steps.append(s)
+            self._insert(cursor, s)
         cursor.endEditBlock()
         if at_bottom:
             bar.setValue(bar.maximum())
 
-    def mark_end(self, reason: str) -> None:
+    def _insert(self, cursor: QTextCursor, s: Step) -> None:
+        """One step's token at `cursor`: shaded by its probability; in the think span italic and muted, or folded
+        into the span's one line."""
+        span = s.trace.span if s.trace is not None else ""
+        place = self.think.place(span)
+        if place == "fold":
+            self._step_of.append(s.step)  # the folded line stands for the span: its first step
+            self.insert_span(cursor, fold_text(*folded_span(self._steps, s.step, self._end is not None)),
+                             self._fold_format)
+        if place != "show" or not s.text:
+            return
+        self._step_of.append(s.step)
+        p, kind = s.trace.drawn_prob if s.trace is not None else (None, None)  # a server's: under the model
+        level = shade(p)
+        fmt = self._formats[level] if level is not None else self._plain  # no probability reported
+        if kind is not None:
+            self.shaded_by.add(kind)
+        if self._branch is not None:
+            fmt = self._branch_format(fmt, s.step)
+        self.insert_span(cursor, s.text, think_format(fmt) if span == "think" else fmt)
+
+    def redraw_steps(self) -> None:
+        """The run's tokens drawn again (the think span folded or unfolded; its edit text, end mark, divergence and
+        selection kept)."""
+        cur = QTextCursor(self.document())
+        cur.setPosition(self._prefix)
+        cur.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+        cur.removeSelectedText()
+        self._starts, self._step_of, self._last_end = [], [], self._prefix
+        self.think.inside = False
+        cur.beginEditBlock()
+        for s in self._steps:
+            self._insert(cur, s)
+        cur.endEditBlock()
+        if self._end is not None:
+            self.mark_end(self._end, again=True)
+        if self._diverged is not None:
+            self.mark_divergence(self._diverged)
+        self.select(self._selected)
+
+    def mark_end(self, reason: str, again: bool = False) -> None:
+        self._end = reason
+        if self.think.folded and self.think.seen and not again:  # the folded line now says how long the span was
+            self.redraw_steps()
+            return
         label = {"eos": " [end of text]", "stop": " [stop string]", "length": " [max tokens]",
                  "cancelled": " [stopped]"}.get(reason, "")
         cursor = QTextCursor(self.document())
@@ -242,17 +279,6 @@ class TokenText(TokenSpans):
         super().mousePressEvent(e)
 
 
-SHADING = {  # what shades the output's tokens (TokenText.shaded_by): the legend's label and tooltip
-    frozenset({"sampled"}): ("p = 0", "Background shade = probability of the drawn token in the final distribution"),
-    frozenset({"model"}): ("p under the model = 0", "Background shade = the drawn token's probability under the "
-                           "model, as the server reported it: the server samples by itself, and the distribution "
-                           "it drew from was not observed"),
-    frozenset({"sampled", "model"}): ("p (or under the model) = 0", "Background shade = probability of the drawn "
-                                      "token in the final distribution; under the model for the steps a server "
-                                      "drew, whose sampling was not observed"),
-}
-
-
 class TokenView(QWidget):
     """The token text with its legend above, and the same text made editable (Edit) to continue from."""
 
@@ -272,6 +298,11 @@ class TokenView(QWidget):
         self.branch_note = QLabel(styleSheet="color: gray")
         self.branch_note.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # cut, not widened
         legend.addWidget(self.branch_note, 1)
+        self.thinking = QToolButton(text="Show thinking", checkable=True, checked=True, visible=False,
+                                    toolTip="A thinking model's think span: shown (italic, muted) or folded into "
+                                    "one line")
+        self.thinking.toggled.connect(self.show_thinking)
+        legend.addWidget(self.thinking)
         self.scale = QLabel()  # what the shading is: "p = 0", or under the model (a server's run)
         self.legend = Legend(lambda x: QColor(*shade_rgba(shade(x))[:3]), SHADING[frozenset({"sampled"})][1])
         self._shading: frozenset[str] = frozenset()
@@ -326,8 +357,15 @@ class TokenView(QWidget):
         self.text.append_steps(steps)
         self._name_shading()
 
+    def show_thinking(self, shown: bool) -> None:
+        """Unfold or fold the think span."""
+        if self.text.think.folded == shown:
+            self.text.think.folded = not shown
+            self.text.redraw_steps()
+
     def _name_shading(self) -> None:
         """The legend says which probability shades the tokens (a server's run: the model's); set on a change."""
+        self.thinking.setVisible(self.text.think.seen)  # (a thinking model's run: its span folds)
         shading = frozenset(self.text.shaded_by) or frozenset({"sampled"})
         if shading != self._shading:
             self._shading = shading

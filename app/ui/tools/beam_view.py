@@ -177,7 +177,9 @@ class BeamView(QDockWidget):
             self.status.setText(str(e))
             return False
         e = self.playground.editing
-        request = BeamRequest(model=e.model, prompt=e.prompt.text, messages=e.prompt.chat_messages, settings=settings)
+        # the sampler panel's constraint holds every beam to it, as a plain run
+        request = BeamRequest(model=e.model, prompt=e.prompt.text, messages=e.prompt.chat_messages, settings=settings,
+                              constraint=e.settings.constraint)
         self._spec = e.model  # the model the search runs on: a hypothesis opens on it, whatever is chosen next
         self._settings = settings
         self._reset()

@@ -1,6 +1,7 @@
 """The Run menu's tools: the windows and docks of the views beside the playground (samples, sweep, side by side,
-prompt sets, beam search, speculative decoding, quantization diff, the server), each made when first opened, so that
-pyqtgraph and their core modules are not imported before the window's first paint.
+prompt sets, beam search, speculative decoding, quantization diff, the logit lens, attention, steering, the
+multiverse, think probes, the server), each made when first opened, so that pyqtgraph and their core modules are not
+imported before the window's first paint.
 
 A `Tool` names its view's class by module and name; `ToolAction` is its menu entry and holds the view once
 opened (`view`, None before). Every view is built as `View(playground, window)`.
@@ -51,6 +52,21 @@ TOOLS = (
     Tool("quant", "Compare &quantization…", "Teacher-force the shown run (or the prompt) through the model and a "
          "variant of it (another precision, 4- or 8-bit, a GGUF file): KL and top-1 agreement per token",
          "app.ui.tools.quant_view:QuantView", "Ctrl+Shift+K", size=(1000, 620)),
+    Tool("lens", "&Logit lens…", "Each layer's guess at the selected step: its top tokens read through the model's "
+         "final norm and head, and the drawn token's probability across layers (live while a run decodes, if on)",
+         "app.ui.tools.inside.lens_view:LensView", "Ctrl+Shift+L", size=(1000, 620)),
+    Tool("attention", "A&ttention…", "Where the selected step looked: each layer's and head's attention weights over "
+         "the context", "app.ui.tools.inside.attention_view:AttentionView", size=(1000, 680)),
+    Tool("steering", "Steer&ing…", "Make a steering vector from contrastive prompt pairs (or load a llama.cpp "
+         "control vector), add it to the residual stream at chosen layers, and run the prompt steered beside its "
+         "unsteered twin: the KL per step, where the draw first diverged, the tokens it moved",
+         "app.ui.tools.inside.steer_view:SteerView", size=(1100, 700)),
+    Tool("multiverse", "Multiverse (look a&head)…", "Where the text could go from the prompt's end or the selected "
+         "step: the likeliest continuations as blocks as tall as their probability, under the model or your sampler",
+         "app.ui.tools.multiverse.view:MultiverseView", "Ctrl+Shift+M", size=(1100, 640)),
+    Tool("think", "Thin&k probes…", "A thinking model's run: the answer it would give if it stopped thinking here, "
+         "every K think tokens (or at the selected step), drawn over its thinking time; click one to open it as a run",
+         "app.ui.tools.thinking.probe_view:ThinkProbeView", size=(1000, 560)),
     Tool("server", "Ser&ver…", "Serve the window's model over an OpenAI-compatible API on 127.0.0.1: every request "
          "becomes a run of this session", "app.ui.tools.server_view:ServerView"),
 )

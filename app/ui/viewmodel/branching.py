@@ -1,6 +1,6 @@
-"""The branch verbs of the session's tree: fork the shown run at a step (with a token, or re-drawn), fork at an
-uncertain step, replay it under the edited settings, continue an edited output, find where a branch left its
-parent, rename and delete runs, and undo a delete or an edit.
+"""The branch verbs of the session's tree: fork the shown run at a step (with a token, or re-drawn), fork a
+multiverse node's path, fork at an uncertain step, replay it under the edited settings, continue an edited output,
+find where a branch left its parent, rename and delete runs, and undo a delete or an edit.
 
 The view-model (`Playground`) owns one as `playground.branches` and it works through it: it reads the editing
 state and the session as the view-model does, and starts or shows runs with the view-model's verbs. It holds no
@@ -23,6 +23,7 @@ from backends.base import ModelLoadError
 if TYPE_CHECKING:
     from PySide6.QtCore import SignalInstance
 
+    from app.core.record.multiverse import Multiverse
     from app.core.record.trace import RunTrace
     from app.core.session.edits import EditedPrompt
     from app.core.session.store import Run, Session
@@ -92,6 +93,29 @@ class Branches(QObject):
         seed = trace.seed if token is not None else secrets.randbelow(MAX_SEED + 1)
         request = branch_request(trace, step, settings.with_(seed=seed), kind="regenerate" if token is None else
                                  "fork", force=token, spec=r.editing.model, top_n=self._top_n)
+        if not r.generate(request):
+            r.refused.emit("A branch starts from a finished run: wait for this one, or stop it (Esc).")
+            return False
+        return True
+
+    def fork_path(self, tree: Multiverse, node: int) -> bool:
+        """A multiverse node's path taken, then drawn on under the state's settings and model: a fork of the run
+        it looked ahead from, at the step it looked from (`branches.path_request`), or a new run of the prompt.
+        Refused (False; `refused` says why) while a run is in progress, or when that run is gone."""
+        from app.core.session.branches import path_request
+
+        r = self._runner
+        parent = None
+        if tree.origin is not None:
+            run = r.session.get(tree.origin[0])
+            if run is None or run.trace is None:
+                r.refused.emit("The run this multiverse looked ahead from is gone: run it again from a run shown.")
+                return False
+            parent = run.trace
+        settings = r.checked_settings()
+        if settings is None:
+            return False
+        request = path_request(tree, node, settings, spec=r.editing.model, parent=parent, top_n=self._top_n)
         if not r.generate(request):
             r.refused.emit("A branch starts from a finished run: wait for this one, or stop it (Esc).")
             return False

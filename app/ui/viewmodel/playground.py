@@ -49,6 +49,7 @@ class Playground(QObject):
     drafted = Signal(object)  # Drafted (a speculative round) or Speculated (its run's summary)
     failed = Signal(str)  # a request failed (a load, a run that could not start): a line a person can act on
     run_error = Signal(str)  # the run shown ended in error, its tokens kept (a server cut its stream…): why
+    noticed = Signal(str)  # a run said something worth a look while it goes on (a constrained run stuck): a line
     opt_in_needed = Signal(str, str)  # message, the LoadOptions flag that would allow it
     busy_changed = Signal(bool)
     plan_ended = Signal(object)  # the JobPlan `run_plan` ran has given its last job (done or stopped), all ended
@@ -72,6 +73,7 @@ class Playground(QObject):
         self.jobs = Jobs(self)
         self.live = LiveStats()
         self.display = Display(self)
+        self.live_lens = 0  # candidates each step of a new run records the live logit lens of (0: off; the lens view)
         self.served_events: queue.Queue = queue.Queue()  # the window's server tells its requests here (a `Served`,
         # then their events; app/serve/served.py), from its threads; the router drains it on its tick
         self.router = EventRouter(self, lambda: self._worker, self)
@@ -146,7 +148,7 @@ class Playground(QObject):
         if settings is None:
             settings = e.valid_settings().with_(seed=e.next_run_seed())
         return Request(model=e.model, prompt=e.prompt.text, messages=e.prompt.chat_messages, settings=settings,
-                       top_n=TOP_N)
+                       top_n=TOP_N, lens=self.live_lens)
 
     def score_edited(self) -> int:
         """Score the prompt as a generation would see it (model, prompt, messages), behind any run in progress;

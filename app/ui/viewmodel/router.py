@@ -28,6 +28,7 @@ from app.core.events import (
     Scored,
     Speculated,
     Step,
+    Stuck,
 )
 from app.serve.served import Served
 from app.ui.viewmodel.submitted import fail_runs
@@ -59,6 +60,8 @@ class EventRouter:
             Scored: pg.scored.emit,
             Drafted: pg.drafted.emit,
             Speculated: pg.drafted.emit,
+            Stuck: lambda ev: pg.noticed.emit(f"{ev.message} (step {ev.step}): its constraint may let it pad or "
+                                              "loop; Stop ends it"),
         }
         self.served_handlers: dict[type, Handler] = {  # the window's server's requests: runs, never the window's
             Served: self._served,

@@ -1,0 +1,1 @@
+"""Steering as a stage: the steered run beside its unsteered twin (`steered`), vectors from prompt pairs (`pairs`)."""

@@ -1,0 +1,255 @@
+"""Run ▸ Logit lens…: a dock that draws the logit lens at the step the window shows. With the step's live lens recorded
+(the run decoded with "Live lens in new runs" on) it draws at once: each layer's share among the step's top
+candidates. "Full lens" asks the model thread for the full one (`lens` job: the step's position recomputed from the
+run's tokens) and draws the `LensGrid`: a layers × top tokens grid shaded by probability, the drawn token's cells
+marked, and the drawn token's probability across layers as a line, where it first leads marked. Labelled as the
+approximation it is. Every number drawn is the record's; the view maps them to shades and positions only.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QBrush, QColor, QFont
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QDockWidget,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.core.decoding.inside import APPROXIMATION, LIVE_K, LensGrid
+from app.ui.charts.shared import DRAWN, RAW, ThemedPlot
+from app.ui.formatting import format_prob, visible
+from app.ui.tools.inside.step_look import NO_STEP, StepLook
+
+if TYPE_CHECKING:
+    from app.core.record.live_lens import LiveLens
+    from app.core.record.trace import StepTrace
+    from app.ui.viewmodel.playground import Playground
+
+FLOOR = 1e-9  # the line's log axis starts here (a probability below it is drawn on it)
+LIVE_TIP = ("Record each step's live lens in the runs started from now on: every layer's logits for the step's top "
+            f"{LIVE_K} candidates, read from the forward that made the step (about a tenth more time a step)")
+
+
+def heat(p: float) -> QColor:
+    """A cell's shade for probability (or share) p: clear at 0, full cornflower at 1 (square root: small ones show)."""
+    c = QColor(RAW)
+    c.setAlpha(round(235 * float(np.sqrt(min(max(p, 0.0), 1.0)))))
+    return c
+
+
+class LensTable(QTableWidget):
+    """Rows: the embeddings, then each layer. Full lens: a column per rank, each cell a token and its probability.
+    Live lens: a column per candidate of the step, each cell its share among them."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.setSelectionMode(QTableWidget.SelectionMode.NoSelection)
+        self.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        self.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        self.verticalHeader().setMinimumSectionSize(16)
+        self.setWordWrap(False)
+
+    def show_grid(self, g: LensGrid) -> None:
+        k = g.top_ids.shape[1]
+        self._shape(g.layer_names, [f"#{i + 1}" for i in range(k)])
+        for r, name in enumerate(g.layer_names):
+            for c in range(k):
+                text, p, t = g.top_texts[r][c], float(g.top_probs[r, c]), int(g.top_ids[r, c])
+                self._cell(r, c, f"{visible(text)[:12]} {p:.2f}", p, t == g.token_id,
+                           f"layer {name}: <code>{html.escape(visible(text))}</code> p = {format_prob(p)} (rank {c})")
+
+    def show_live(self, lens: LiveLens, texts: list[str], drawn: int) -> None:
+        names = ["embeddings", *(str(i) for i in range(1, lens.layers))]
+        self._shape(names, [visible(t) for t in texts])
+        shares = lens.shares()
+        for r, name in enumerate(names):
+            for c, t in enumerate(lens.ids.tolist()):
+                s = float(shares[r, c])
+                self._cell(r, c, f"{s:.2f}", s, t == drawn, f"layer {name}: <code>{html.escape(visible(texts[c]))}"
+                           f"</code> share {format_prob(s)} among these {len(texts)}, logit {lens.logits[r, c]:.3g}")
+
+    def _shape(self, rows: list[str] | tuple[str, ...], cols: list[str]) -> None:
+        self.clear()
+        self.setRowCount(len(rows))
+        self.setColumnCount(len(cols))
+        self.setVerticalHeaderLabels(list(rows))
+        self.setHorizontalHeaderLabels(cols)
+
+    def _cell(self, r: int, c: int, text: str, p: float, drawn: bool, tip: str) -> None:
+        item = QTableWidgetItem(text)
+        item.setBackground(QBrush(heat(p)))
+        item.setToolTip(tip)
+        if drawn:
+            f = QFont(item.font())
+            f.setBold(True)
+            item.setFont(f)
+            item.setForeground(QBrush(DRAWN))
+        self.setItem(r, c, item)
+
+
+class LensCurve(ThemedPlot):
+    """The drawn token's probability across layers (log axis), a mark where it first leads."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        plot = self.getPlotItem()
+        self.line = plot.plot([], [], pen=pg.mkPen(DRAWN, width=2), symbol="o", symbolSize=6,
+                              symbolBrush=pg.mkBrush(DRAWN), symbolPen=None)
+        self.lead = pg.InfiniteLine(angle=90, pen=pg.mkPen(QColor(RAW), style=Qt.PenStyle.DashLine))
+        self.lead.hide()
+        plot.addItem(self.lead)
+        plot.setLogMode(y=True)
+        plot.showGrid(x=True, y=True, alpha=0.2)
+        plot.setLabel("bottom", "layer")
+        plot.setLabel("left", "p(drawn)")
+        plot.getAxis("left").enableAutoSIPrefix(False)  # (a log axis read as 10^2 × 0.001 otherwise)
+
+    def show_values(self, names: tuple[str, ...] | list[str], values: np.ndarray, lead: int | None,
+                    label: str) -> None:
+        x = np.arange(len(values), dtype=float)
+        y = np.clip(np.where(np.isfinite(values), values, FLOOR), FLOOR, 1.0)
+        self.line.setData(x, y)
+        axis = self.getPlotItem().getAxis("bottom")
+        every = max(1, len(names) // 12)
+        axis.setTicks([[(i, "emb" if i == 0 else n) for i, n in enumerate(names) if i % every == 0]])
+        self.getPlotItem().setLabel("left", label)
+        self.lead.setVisible(lead is not None)
+        if lead is not None:
+            self.lead.setValue(lead)
+        self.getPlotItem().enableAutoRange()
+
+    def clear_values(self) -> None:
+        self.line.setData([], [])
+        self.lead.hide()
+
+
+class LensView(QDockWidget):
+    shown = Signal(object)  # what was drawn: a LensGrid, a LiveLens, or None (cleared)
+
+    def __init__(self, playground: Playground, parent: QWidget | None = None) -> None:
+        super().__init__("Logit lens", parent)
+        self.setObjectName("logit_lens")
+        self.playground = playground
+        self.look = StepLook(playground, "lens", self)
+        self.title = QLabel("<b>Logit lens</b>")
+        self.full = QPushButton("Full lens", toolTip="Recompute this step's position from the run's tokens and read "
+                                "every layer through the model's final norm and head: its top tokens over the whole "
+                                "vocabulary")
+        self.stop = QPushButton("Stop", enabled=False)
+        self.live = QCheckBox("Live lens in new runs", toolTip=LIVE_TIP, checked=playground.live_lens > 0)
+        self.note = QLabel(f"Approximation: {APPROXIMATION.removeprefix('an approximation: ')}.", wordWrap=True)
+        self.note.setStyleSheet("color: gray")
+        self.status = QLabel(NO_STEP, wordWrap=True)
+        self.table, self.curve = LensTable(), LensCurve()
+        self._build()
+        self.full.clicked.connect(self.look.look)
+        self.stop.clicked.connect(self.look.stop)
+        self.live.toggled.connect(lambda on: setattr(playground, "live_lens", LIVE_K if on else 0))
+        self.look.step_changed.connect(self.show_step)
+        self.look.looked.connect(self.show_grid)
+        self.look.failed.connect(self.status.setText)
+        self.look.running_changed.connect(self._running)
+        self.show_step(self.look.trace)
+
+    def _build(self) -> None:
+        head = QHBoxLayout()
+        head.addWidget(self.title, 1)
+        for w in (self.full, self.stop, self.live):
+            head.addWidget(w)
+        split = QSplitter(Qt.Orientation.Horizontal)
+        split.addWidget(self.table)
+        split.addWidget(self.curve)
+        split.setStretchFactor(0, 2)
+        split.setStretchFactor(1, 1)
+        split.setSizes([680, 320])
+        body = QWidget()
+        box = QVBoxLayout(body)
+        box.addLayout(head)
+        box.addWidget(self.note)
+        box.addWidget(self.status)
+        box.addWidget(split, 1)
+        self.setWidget(body)
+
+    def look_at(self) -> bool:
+        """Full lens at the step shown (the step panel's "Logit lens" asks this)."""
+        return self.look.look()
+
+    def _running(self, running: bool) -> None:
+        self.full.setEnabled(not running)
+        self.stop.setEnabled(running)
+        if running:
+            self.status.setText("Reading each layer at this step…")
+
+    def show_step(self, trace: StepTrace | None) -> None:
+        """The step now shown: its full lens if one was made, else its live lens if recorded, else nothing yet."""
+        if trace is None:
+            self.title.setText("<b>Logit lens</b>")
+            self._clear(NO_STEP)
+            return
+        self.title.setText(f"<b>Logit lens · step {trace.step}</b> — drew <code>{html.escape(visible(trace.text))}"
+                           "</code>")
+        if isinstance(kept := self.look.result, LensGrid):
+            self.show_grid(kept)
+        elif trace.sample.lens is not None:
+            self.show_live(trace)
+        else:
+            self._clear("No live lens was recorded for this step: press Full lens (or turn on the live lens for new "
+                        "runs).")
+
+    def show_grid(self, g: LensGrid) -> None:
+        self.table.show_grid(g)
+        token = html.escape(visible(g.token_text))
+        self.curve.show_values(g.layer_names, g.token_probs, g.appears, "p(drawn)")
+        lead = ("never leads" if g.appears is None else
+                f"first leads at layer {g.layer_names[g.appears]}")
+        self.status.setText(f"Full lens at position {g.position}: top {g.top_ids.shape[1]} tokens per layer over the "
+                            f"whole vocabulary; <code>{token}</code> {lead}.")
+        self.shown.emit(g)
+
+    def show_live(self, trace: StepTrace) -> None:
+        lens = trace.sample.lens
+        assert lens is not None
+        texts = [self._text(int(t), trace) for t in lens.ids]
+        self.table.show_live(lens, texts, trace.token_id)
+        ids = lens.ids.tolist()
+        shares = lens.shares()
+        if trace.token_id in ids:
+            j = ids.index(trace.token_id)
+            lead = np.flatnonzero(lens.leaders() == j)
+            self.curve.show_values([str(i) for i in range(lens.layers)], shares[:, j],
+                                   int(lead[0]) if lead.size else None, "share of the drawn, live")
+        else:
+            self.curve.clear_values()
+        self.status.setText(f"Live lens: each layer's share among the step's top {len(ids)} candidates only (recorded "
+                            "while it decoded). Full lens: every layer's top tokens over the whole vocabulary.")
+        self.shown.emit(lens)
+
+    def _text(self, token: int, trace: StepTrace) -> str:
+        """A candidate's display text: the step's record's, else the tokenizer's."""
+        ids = trace.sample.top_ids[: len(trace.top_texts)].tolist()
+        if token in ids:
+            return trace.top_texts[ids.index(token)]
+        tok = self.playground.tokenizer
+        return tok.token_text(token) if tok is not None else f"#{token}"
+
+    def _clear(self, why: str) -> None:
+        self.table.setRowCount(0)
+        self.table.setColumnCount(0)
+        self.curve.clear_values()
+        self.status.setText(why)
+        self.shown.emit(None)
