@@ -8,8 +8,10 @@ in the same process (a benchmark, not a test): F16, Q8_0 and Q4_K_M, greedy and 
 Ours: `generate` on `backends.llamacpp` with the trace recorded (top-20 candidates, every stage, the top-256 raw
 logits). Theirs: `Llama.generate` (llama.cpp's own sampler chain). Both decode `--tokens` tokens past EOS from the
 same prompt with the same thread count; decode speed is timed from the first token to the last, so prefill is not
-in it. Runs alternate ours / theirs, each file's median over `--repeat` runs after a warm-up. The random model's
-weights are numpy's seeded draws (no download); its quantizations are llama.cpp's own.
+in it. Runs alternate ours / theirs, each file's median over `--repeat` runs after a warm-up. Beside wall time it
+prints the process's CPU time per token, every thread's (on a machine others load, wall time moves with them; CPU
+time says what each side costs). The random model's weights are numpy's seeded draws (no download); its
+quantizations are llama.cpp's own.
 """
 
 from __future__ import annotations
@@ -95,21 +97,30 @@ def _merges(tok: object) -> list[str]:
     return [" ".join(m) if isinstance(m, list) else m for m in merges]
 
 
-def ours(model: object, ids: list[int], settings: SamplerSettings, tokens: int) -> float:
-    """Decode tok/s of Logit Lab's run with the full trace (first token to last)."""
+def clocks() -> tuple[float, float]:
+    return time.perf_counter(), time.process_time()
+
+
+def rates(times: list[tuple[float, float]]) -> tuple[float, float]:
+    """Tokens per wall second and CPU milliseconds per token, from the first token's clocks to the last's."""
+    n = len(times) - 1
+    return n / (times[-1][0] - times[0][0]), (times[-1][1] - times[0][1]) * 1e3 / n
+
+
+def ours(model: object, ids: list[int], settings: SamplerSettings, tokens: int) -> tuple[float, float]:
+    """Decode tok/s and CPU ms per token of Logit Lab's run with the full trace (first token to last)."""
     request = Request(prompt_ids=tuple(ids), settings=settings.with_(max_tokens=tokens), ignore_eos=True)
-    times = [time.perf_counter() for e in generate(model, request, threading.Event()) if isinstance(e, Step)]
-    return (len(times) - 1) / (times[-1] - times[0])
+    return rates([clocks() for e in generate(model, request, threading.Event()) if isinstance(e, Step)])
 
 
-def theirs(llm: object, ids: list[int], sampling: dict, tokens: int) -> float:
-    """Decode tok/s of llama-cpp-python's own `generate` (first token to last)."""
+def theirs(llm: object, ids: list[int], sampling: dict, tokens: int) -> tuple[float, float]:
+    """Decode tok/s and CPU ms per token of llama-cpp-python's own `generate` (first token to last)."""
     llm.reset()  # its prompt cache would otherwise skip the prefill: the same work as ours either way
-    times = [time.perf_counter() for _ in islice(llm.generate(ids, **sampling), tokens)]
-    return (len(times) - 1) / (times[-1] - times[0])
+    return rates([clocks() for _ in islice(llm.generate(ids, **sampling), tokens)])
 
 
-def measure(path: Path, threads: int, tokens: int, repeat: int) -> list[tuple[str, float, float]]:
+def measure(path: Path, threads: int, tokens: int, repeat: int) -> list[tuple[str, float, float, float, float]]:
+    """Per mode: (mode, ours tok/s, theirs tok/s, ours CPU ms/token, theirs CPU ms/token), medians."""
     import llama_cpp
 
     from backends import get_backend
@@ -127,7 +138,7 @@ def measure(path: Path, threads: int, tokens: int, repeat: int) -> list[tuple[st
                     a.append(ours(model, ids, settings, tokens))
                 else:
                     b.append(theirs(llm, ids, sampling, tokens))
-        rows.append((mode, statistics.median(a), statistics.median(b)))
+        rows.append((mode, *(statistics.median(x[i] for x in side) for i in (0, 1) for side in (a, b))))
     model.close()
     llm.close()
     return rows
@@ -152,10 +163,12 @@ def main() -> None:
             f16 = random_llama(Path(tmp) / "random-f16.gguf", args.hidden, args.layers, args.vocab)
             files = {"F16": f16, "Q8_0": quantize_gguf(f16, Path(tmp) / "random-q8_0.gguf", "Q8_0"),
                      "Q4_K_M": quantize_gguf(f16, Path(tmp) / "random-q4_k_m.gguf", "Q4_K_M")}
-        print(f"{'file':<10} {'mode':<50} {'ours tok/s':>10} {'theirs':>8} {'ratio':>6} {'ms/step more':>12}")
+        print(f"{'file':<8} {'mode':<50} {'ours tok/s':>10} {'theirs':>7} {'ratio':>6} {'CPU ms/tok':>10} "
+              f"{'theirs':>7} {'ratio':>6}")
         for name, path in files.items():
-            for mode, a, b in measure(path, args.threads, args.tokens, args.repeat):
-                print(f"{name:<10} {mode:<50} {a:>10.1f} {b:>8.1f} {a / b:>5.2f}x {1e3 / a - 1e3 / b:>12.2f}")
+            for mode, a, b, ca, cb in measure(path, args.threads, args.tokens, args.repeat):
+                print(f"{name:<8} {mode:<50} {a:>10.1f} {b:>7.1f} {a / b:>5.2f}x {ca:>10.2f} {cb:>7.2f} "
+                      f"{cb / ca:>5.2f}x")
 
 
 if __name__ == "__main__":

@@ -52,7 +52,8 @@ def main() -> None:
                                                                    dtype="float32"))
     info = model.info
     layer = info.layers // 2
-    vector = Path(tempfile.mkdtemp(prefix="logitlab-steer-bench-")) / "v.gguf"
+    folder = tempfile.TemporaryDirectory(prefix="logitlab-steer-bench-")
+    vector = Path(folder.name) / "v.gguf"
     direction = np.random.default_rng(0).normal(size=info.hidden_size).astype(np.float32)
     write_vector(vector, ControlVector({layer: direction}, info.name))
     base = SamplerSettings(temperature=0, max_tokens=args.tokens, seed=1)
@@ -79,6 +80,7 @@ def main() -> None:
     for name, times in runs.items():
         ms = statistics.median(times)
         print(f"  {name:24s} {ms:6.2f} ms/token  {ms / plain:5.2f}x")
+    folder.cleanup()
 
 
 if __name__ == "__main__":

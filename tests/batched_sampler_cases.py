@@ -29,29 +29,29 @@ any_stages = st.builds(
 )
 
 
-def step_logits(rng: np.random.Generator, rows: int) -> np.ndarray:
-    """(rows, VOCAB) float32 logits with ties at the top and a few -inf."""
-    x = (rng.standard_normal((rows, VOCAB)) * 3).astype(np.float32)
+def step_logits(rng: np.random.Generator, rows: int, vocab: int = VOCAB) -> np.ndarray:
+    """(rows, vocab) float32 logits with ties at the top and a few -inf."""
+    x = (rng.standard_normal((rows, vocab)) * 3).astype(np.float32)
     for row in x:
-        row[rng.integers(0, VOCAB, 3)] = row.max()
-        row[rng.integers(0, VOCAB, 2)] = -np.inf
+        row[rng.integers(0, vocab, 3)] = row.max()
+        row[rng.integers(0, vocab, 2)] = -np.inf
     return x
 
 
-def histories(ops, s: SamplerSettings, rows: int) -> list[History | None]:
+def histories(ops, s: SamplerSettings, rows: int, vocab: int = VOCAB) -> list[History | None]:
     if not s.needs_history:
         return [None] * rows
-    return [History.start(ops, VOCAB, PROMPTS[i % len(PROMPTS)], breakers=frozenset({9})) for i in range(rows)]
+    return [History.start(ops, vocab, PROMPTS[i % len(PROMPTS)], breakers=frozenset({9})) for i in range(rows)]
 
 
 def assert_batch_equals_rows(ops, s: SamplerSettings, seed: int, rows: int = 3, steps: int = 3,
-                             record: bool = True, top_n: int = 20) -> None:
+                             record: bool = True, top_n: int = 20, vocab: int = VOCAB) -> None:
     """`steps` steps of `rows` rows, each row's outcome and history after it equal to its own step's, bit for bit;
     the first step's logits are one row shared by all (as after one prefill)."""
     rng = np.random.default_rng(seed)
-    mine, theirs = histories(ops, s, rows), histories(ops, s, rows)
+    mine, theirs = histories(ops, s, rows, vocab), histories(ops, s, rows, vocab)
     for step in range(steps):
-        x = step_logits(rng, 1 if step == 0 else rows)
+        x = step_logits(rng, 1 if step == 0 else rows, vocab)
         us = rng.random(rows).tolist()
         dx = ops.f32(x)
         want = [start_sample(ops, dx[min(i, len(x) - 1)], s, u, history=h, top_n=top_n, record=record).result()

@@ -88,6 +88,9 @@ def main(argv: Sequence[str]) -> int:
     if (args.think_budget or args.think_probes) and (args.beams or args.draft_model):
         return fail("--think-budget and --think-probes work on a plain run or samples: leave out --beams and "
                     "--draft-model", 2, "logitlab generate")
+    if args.steer and (args.beams or args.draft_model):
+        return fail("--steer works on a plain run or samples: leave out --beams and --draft-model", 2,
+                    "logitlab generate")
     if args.beams:
         return run_beams(args, request.model, prompt, messages)
     if args.draft_model:

@@ -236,9 +236,9 @@ class SamplerSettings:
         draw (a re-sample needs the model)."""
         if self.constraint is not None:  # its grammar cuts by the whole vocabulary; a step records only its top-K
             return True
-        if any(value > 0 for _, value in self.logit_bias) or self.dry_multiplier > 0 or self.soft_budget:
-            return True  # (DRY: its breakers are the tokenizer's, which a re-sample does not have; a soft think budget:
-            # its markers are the tokenizer's too, and it raises a token that may be outside the record)
+        if any(value > 0 for _, value in self.logit_bias) or self.dry_multiplier > 0 or self.think_budget > 0:
+            return True  # (DRY: its breakers are the tokenizer's, which a re-sample does not have; a think budget: its
+            # markers are the tokenizer's too, and it raises or forces a token that may be outside the record)
         for name in self.enabled_stages():
             row = STAGE[record_name(self, name)]
             if row.few or row.whole:

@@ -5,13 +5,15 @@ sampler and record run on them (`LLAMA_OPS`: numpy, the next forward computing w
 One context per model, its KV memory unified and shared by up to `SEQUENCES` rows (`sequences.py`): prefix reuse,
 branches, `--n`, beams and speculative verification are sequence operations, not copies. The tokenizer is the
 file's own (`tokenizer.py`), or the Hugging Face one when the GGUF's folder holds one and transformers is installed.
-Imported lazily (it loads llama.cpp's library); llama.cpp's log is kept quiet but for errors.
+Imported lazily (it loads llama.cpp's library). llama.cpp's log goes to `_log`, which prints nothing and keeps its
+last errors: a file it cannot load is refused with the reason it gave.
 """
 
 from __future__ import annotations
 
-import logging
+import ctypes
 import os
+from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -31,7 +33,15 @@ SEQUENCES = 128  # rows a context holds at once: 64 samples (--n's most) beside 
 MAX_CELLS = 4096  # the context's KV cells (shared by every row) when the model was trained on more
 N_BATCH = 512  # tokens in one llama_decode; longer inputs go in chunks
 FLOAT_TYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}  # the others are quantizations
+LOG_ERROR = 4  # ggml's GGML_LOG_LEVEL_ERROR (llama-cpp-python's own level table predates it)
+_errors: deque[str] = deque(maxlen=4)  # llama.cpp's last error lines
 _initialized = False
+
+
+@llama_cpp.llama_log_callback
+def _log(level: int, text: bytes, _user: Any) -> None:
+    if level == LOG_ERROR:
+        _errors.append(text.decode("utf-8", errors="replace").strip())
 
 
 class LlamaCppModel:
@@ -121,7 +131,7 @@ def check_options(path: Path, options: LoadOptions) -> None:
 def _init() -> None:
     global _initialized
     if not _initialized:
-        logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)  # llama.cpp's own log: errors only
+        llama_cpp.llama_log_set(_log, ctypes.c_void_p(0))  # (process-wide: llama.cpp has one log)
         llama_cpp.llama_backend_init()
         _initialized = True
 
@@ -129,11 +139,13 @@ def _init() -> None:
 def _load_model(path: Path, gguf: GgufFile, options: LoadOptions) -> Any:
     params = llama_cpp.llama_model_default_params()
     params.n_gpu_layers = 0 if options.device == "cpu" else 0x7FFFFFFF  # all layers where the build has a GPU
+    _errors.clear()
     model = llama_cpp.llama_model_load_from_file(str(path).encode("utf-8"), params)
     if not model:
-        raise ModelLoadError(f"llama.cpp cannot load {path.name} (a {gguf.architecture!r:.40} model, "
-                             f"{gguf.weight_type}): its architecture or tensor types may be newer than this "
-                             f"llama-cpp-python {llama_cpp.__version__}")
+        said = next((e for e in _errors if "error loading model:" in e), _errors[0] if _errors else "no reason given")
+        why = said.rsplit("error loading model: ", 1)[-1]
+        raise ModelLoadError(f"llama.cpp (llama-cpp-python {llama_cpp.__version__}) cannot load {path.name}, a "
+                             f"{gguf.architecture!r:.40} model: {why}")
     return model
 
 

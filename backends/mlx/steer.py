@@ -1,7 +1,7 @@
 """Steering on MLX (`backends.base.Steerable`), mixed into `MlxModel`: each steered decoder layer in mlx-lm's layer
 list (`model.layers`, which every mlx-lm model has) is wrapped while steering is on, its output getting its row's
-vector added at every position; `steer(None)` puts the layers back. A layer without a vector is not wrapped, so an
-unsteered forward is the same computation, bit for bit.
+vector added at every position; `steer(None)` puts the layers back. A layer without a vector (or with zeros only) is
+not wrapped, so an unsteered forward is the same computation, bit for bit.
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ class MlxSteering:
         for i, rows in sorted(steer.adds.items()):
             a = np.asarray(rows, dtype=np.float32)
             self._check(int(i), a)
-            layers[int(i)] = SteeredLayer(layers[int(i)], mx.array(a).astype(dtype)[:, None, :])
+            if a.any():  # (all zero: the add is skipped, and the forward is the unsteered one bit for bit)
+                layers[int(i)] = SteeredLayer(layers[int(i)], mx.array(a).astype(dtype)[:, None, :])
 
     def _check(self, layer: int, a: np.ndarray) -> None:
         n, hidden = self.info.layers, self.info.hidden_size

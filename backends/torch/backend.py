@@ -31,7 +31,7 @@ from backends.base import (
 from backends.checks import ConfigShape, check_folder
 from backends.gguf import check_gguf, is_gguf
 from backends.hf.tokenizer import HFTokenizer, load_tokenizer
-from backends.ops import NUMPY
+from backends.numpy_rows import NUMPY_ROWS
 from backends.threads import choose_threads
 from backends.torch.fast import FastLlama, supports
 from backends.torch.host import HostCopies
@@ -178,7 +178,8 @@ class TorchModel(TorchLayers, TorchSteering):  # (the lens and attention: torch/
         self.model, self.tokenizer, self.info, self.device = model, tokenizer, info, device
         self.fast = FastLlama(model, options.compile_len) if options.fast and supports(model) else None
         compiled = self.fast is not None and self.fast.compiled is not None
-        self.ops = NUMPY if device.type == "cpu" else TorchOps(device, compile_steps=compiled and device.type == "cuda")
+        cuda_steps = compiled and device.type == "cuda"
+        self.ops = NUMPY_ROWS if device.type == "cpu" else TorchOps(device, compile_steps=cuda_steps)
         self._cache_arg = cache_argument(model)
 
     def new_cache(self) -> Any:
@@ -197,7 +198,7 @@ class TorchModel(TorchLayers, TorchSteering):  # (the lens and attention: torch/
             out = self.model(input_ids=ids, **{self._cache_arg: cache}, use_cache=True,
                              logits_to_keep=0 if positions == "all" else 1)
             logits = out.logits.float() if positions == "all" else out.logits[:, -1].float()
-        return logits.numpy() if self.ops is NUMPY else logits
+        return logits.numpy() if self.ops is NUMPY_ROWS else logits
 
     def cache_len(self, cache: Any) -> int:
         return cache.get_seq_length()

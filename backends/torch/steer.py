@@ -1,7 +1,7 @@
 """Steering on torch (`backends.base.Steerable`), mixed into `TorchModel`: each steered layer's output gets its row's
 vector added, at every position. The lean path adds it in its own loop (`FastLlama.adds`); transformers' forward
 through a forward hook on each steered decoder layer (the layers found by `inside.parts`). `steer(None)` removes them
-all; a layer without a vector is left as it is, so an unsteered forward is the same computation, bit for bit.
+all; a layer without a vector (or with zeros only) is left as it is: an unsteered forward is the same, bit for bit.
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ class TorchSteering:
                 raise ValueError(f"layer {layer} is not one of this model's layers (0 to {layers - 1})")
             if a.ndim != 2 or a.shape[1] != hidden:
                 raise ValueError(f"layer {layer}'s vectors are {a.shape}, not (rows, {hidden})")
-            out[int(layer)] = torch.from_numpy(a).to(self.device, dtype)[:, None, :]
+            if a.any():  # (all zero: the add is skipped, and the forward is the unsteered one bit for bit)
+                out[int(layer)] = torch.from_numpy(a).to(self.device, dtype)[:, None, :]
         return out
 
 

@@ -25,6 +25,7 @@ from app.core.settings import SamplerSettings
 from backends import get_backend, installed, resolve_name
 from backends.base import LoadOptions, ModelLoadError
 from backends.ops import NUMPY
+from tests.backends.test_gguf import rewritten
 from tests.gguf_files import quantize_gguf, write_gguf
 
 llama_cpp = pytest.importorskip("llama_cpp")
@@ -197,7 +198,7 @@ def test_logitlab_diff_compares_a_q8_0_file_with_its_f32_source(ggufs: Path, cap
 
 
 def test_auto_opens_a_gguf_file_on_llama_cpp_and_refuses_what_it_cannot_run(lcpp, ggufs: Path, tiny_path: Path,
-                                                                              torch_model):
+                                                                              torch_model, tmp_path: Path):
     assert resolve_name("auto", ggufs / "tiny-f32.gguf") == "llamacpp" and installed("llamacpp")
     info = lcpp.info
     assert (info.backend, info.dtype, info.quantization) == ("llamacpp", "float32", None)
@@ -212,6 +213,8 @@ def test_auto_opens_a_gguf_file_on_llama_cpp_and_refuses_what_it_cannot_run(lcpp
         (ggufs / "tiny-f32.gguf", LoadOptions(dtype="bfloat16"), "runs a GGUF file in the types it was written in"),
         (ggufs / "tiny-f32.gguf", LoadOptions(quantize_bits=4), "quantize-on-load is MLX's"),
         (tiny_path, LoadOptions(), "is not a .gguf file"),
+        (rewritten(ggufs / "tiny-f32.gguf", tmp_path / "odd.gguf", architecture="nonsense"), LoadOptions(),
+         r"cannot load odd.gguf, a 'nonsense' model: unknown model architecture: 'nonsense'"),  # llama.cpp's reason
     ]:
         with pytest.raises(ModelLoadError, match=message) as e:
             backend.load(path, options)

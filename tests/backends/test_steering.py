@@ -7,6 +7,7 @@ and a vector written here steers llama.cpp (llama-cpp-python) exactly as it stee
 from __future__ import annotations
 
 import threading
+from contextlib import closing
 from pathlib import Path
 
 import numpy as np
@@ -17,9 +18,11 @@ from app.core.decoding.generation import generate
 from app.core.decoding.steering.pairs import VectorMade, VectorRequest, make_from_pairs, pair_states
 from app.core.events import Finished, Request
 from app.core.record.trace import RunTrace
+from app.core.remote.probe import connect
 from app.core.settings import SamplerSettings, SettingsError
 from app.core.stage_inputs import Steering
 from backends.base import LoadOptions, Steer
+from tests.remote_fake import fake_server, sampling_server
 
 PROMPT = "The quick brown fox"
 
@@ -68,18 +71,19 @@ def test_strength_zero_is_the_plain_run_bit_for_bit(model, vectors):
     assert all(st.sample.steer is None for t in zero for st in t.steps)
 
 
-@pytest.mark.parametrize("path", ["lean", "transformers"])
-def test_an_empty_steer_leaves_the_forward_bit_for_bit(torch_model, torch_hf, path: str):
-    model = torch_model if path == "lean" else torch_hf
+@pytest.mark.parametrize("path", ["lean", "transformers", "mlx"])
+def test_a_steer_of_zeros_leaves_the_forward_bit_for_bit(torch_model, torch_hf, mlx_model, path: str):
+    model = {"lean": torch_model, "transformers": torch_hf, "mlx": mlx_model}[path]
     ids = [model.tokenizer.encode(PROMPT)]
     before = np.array(model.forward(ids, model.new_cache()))
-    model.steer(Steer({}))
-    try:
-        during = np.array(model.forward(ids, model.new_cache()))
-    finally:
-        model.steer(None)
-    after = np.array(model.forward(ids, model.new_cache()))
-    assert np.array_equal(before, during) and np.array_equal(before, after)
+    for steer in (Steer({}), Steer({1: np.zeros((1, 64), np.float32)})):
+        model.steer(steer)
+        try:
+            during = np.array(model.forward(ids, model.new_cache()))
+        finally:
+            model.steer(None)
+        assert np.array_equal(before, during)
+    assert np.array_equal(before, np.array(model.forward(ids, model.new_cache())))
 
 
 def test_a_token_s_output_direction_at_the_last_layer_promotes_that_token(model, vectors):
@@ -188,3 +192,10 @@ def test_llama_cpp_adds_a_vector_written_here_at_the_same_layer(torch_model, tin
     plain = _logits(torch_model, ids, None)
     assert np.abs(theirs - ours).max() < 0.01  # (llama.cpp's float32 sums differ from torch's by ~1e-3)
     assert np.abs(theirs - plain).max() > 0.1 and np.abs(theirs - at_0).max() > 0.1
+
+
+def test_a_server_s_model_refuses_steering_in_one_line(vectors):
+    with fake_server(sampling_server()) as server, closing(connect(server.url)) as model:
+        with pytest.raises(SettingsError, match=r"cannot be steered: a server.s model exposes no layers$"):
+            run(model, SEEDED.with_(steering=Steering(vectors["random"], (1,), 2.0)))
+        assert server.bodies == []  # refused before anything was sent

@@ -208,7 +208,7 @@ def test_on_the_built_in_thinking_model_the_answer_sharpens_to_the_right_one():
     text = model.tokenizer.apply_chat_template([{"role": "user", "content": "478+385"}])
     ids = tuple(model.tokenizer.encode(text, add_special_tokens=False))
     prefix = Prefix()
-    run = _run(model, ids, SamplerSettings(temperature=0, max_tokens=52), prefix)
+    run = _run(model, ids, SamplerSettings(temperature=0, max_tokens=60), prefix)
     assert run.text.split("</think>")[1].strip().startswith("863")
     done = list(run_probes(model, ProbeRequest(prompt_ids=ids, tokens=tuple(run.token_ids), every=8,
                                                answers=("863", "853", "763")), threading.Event(), prefix))[-1]

@@ -1,6 +1,7 @@
-"""The batched sampler step (`start_samples`) on numpy: each row gets exactly what its own step gives, both on the
-row-by-row path (numpy has no vmap) and on the mapped path, run here through a stand-in vmap that maps the one-row
-step row by row and stacks (what torch.func.vmap and mx.vmap do in one graph)."""
+"""The batched sampler step (`start_samples`) on numpy: each row gets exactly what its own step gives, on the
+row-by-row path (`NumpyOps` has no vmap), on the mapped path run through a stand-in vmap that maps the one-row step row
+by row and stacks (what torch.func.vmap and mx.vmap do in one graph), and on `NumpyRows`, whose vmap runs the one-row
+step once over (R, ...) arrays (the torch backend's CPU executor)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from app.core.sampler.batch_sampling import PendingRows, start_samples
 from app.core.sampler.pipeline import History
 from app.core.sampler.sampling import NoValidTokenError, PendingSample, start_sample
 from app.core.settings import SamplerSettings
+from backends.numpy_rows import NUMPY_ROWS, Rows
 from backends.ops import NUMPY, NumpyOps
 from tests.batched_sampler_cases import any_stages, assert_batch_equals_rows
 
@@ -34,7 +36,7 @@ MAPPING = MappingNumpy()
 
 @settings(max_examples=40, deadline=None, derandomize=True)
 @given(s=any_stages, seed=st.integers(0, 2**16), record=st.booleans())
-@pytest.mark.parametrize("ops", [NUMPY, MAPPING], ids=["rows", "mapped"])
+@pytest.mark.parametrize("ops", [NUMPY, MAPPING, NUMPY_ROWS], ids=["rows", "mapped", "numpy_rows"])
 def test_a_batch_gives_each_row_its_own_step(ops, s, seed, record):
     assert_batch_equals_rows(ops, s, seed, record=record)
 
@@ -42,8 +44,40 @@ def test_a_batch_gives_each_row_its_own_step(ops, s, seed, record):
 def test_numpy_runs_the_rows_one_by_one_and_a_vmap_maps_them():
     x = NUMPY.f32(np.zeros((2, 10)))
     assert isinstance(start_samples(NUMPY, x, SamplerSettings(), [0.1, 0.2]), PendingRows)
-    mapped = start_samples(MAPPING, x, SamplerSettings(), [0.1, 0.2])
-    assert isinstance(mapped, PendingSample) and mapped.rows
+    for ops in (MAPPING, NUMPY_ROWS):
+        mapped = start_samples(ops, x, SamplerSettings(), [0.1, 0.2])
+        assert isinstance(mapped, PendingSample) and mapped.rows
+
+
+@pytest.mark.parametrize("vocab", [4096, 32768, 151936])
+def test_numpy_rows_equal_each_row_alone_at_real_vocabularies(vocab):
+    """numpy's sums and elementwise maths over (R, V) rows give each row what they give it alone (pairwise sums per
+    row, the same vector loops), at the built-in model's vocabulary and at Llama's and Qwen's."""
+    s = SamplerSettings(temperature=0.8, top_k=0, top_p=0.95, min_p=0.02, repetition_penalty=1.2,
+                        typical_p=0.9, top_n_sigma=2.0)
+    assert_batch_equals_rows(NUMPY_ROWS, s, seed=vocab, rows=4, steps=2, vocab=vocab)
+
+
+def test_a_row_mapped_array_never_becomes_one_number():
+    rows = Rows(np.zeros((3, 4), dtype=np.float32))
+    with pytest.raises(TypeError, match="each row is its own"):
+        np.asarray(rows)
+    with pytest.raises(TypeError, match="each row is its own"):
+        bool(rows[0] == 0)
+    with pytest.raises(TypeError):
+        np.median(rows)  # a numpy function the rows do not map: refused, not run on the stacked rows
+
+
+def test_row_mapped_indexing_gathers_each_rows_own_ids():
+    a = np.arange(2 * 3 * 5, dtype=np.float32).reshape(2, 3, 5)
+    x, ids = Rows(a), Rows(np.array([[4, 0], [1, 1]]))
+    assert np.array_equal(x[..., ids].a, np.stack([a[0][..., [4, 0]], a[1][..., [1, 1]]]))
+    assert np.array_equal(x[:, ids].a, x[..., ids].a)
+    first = Rows(np.array([[2, 0], [1, 1]]))
+    assert np.array_equal(x[first].a, np.stack([a[0][[2, 0]], a[1][[1, 1]]]))
+    flat = Rows(a[:, 0])
+    assert np.array_equal(flat[ids].a, np.stack([a[0, 0][[4, 0]], a[1, 0][[1, 1]]]))
+    assert np.array_equal((flat[None, :] + flat[:, None]).a, a[:, 0, None, :] + a[:, 0, :, None])
 
 
 def test_rows_with_and_without_a_history_run_one_by_one():

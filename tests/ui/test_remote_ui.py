@@ -13,6 +13,7 @@ from app.cli.flags import spec_from
 from app.cli.window import parser as window_parser
 from app.core.models.sources import ModelSpec
 from app.core.record.export import shade, shade_rgba
+from app.core.record.span_stats import confidence, varentropy
 from app.core.remote.server_request import SERVER_NOTES
 from app.ui.formatting import format_prob
 from app.ui.main_window import MainWindow
@@ -155,8 +156,10 @@ def test_a_remote_run_draws_the_models_probability_of_each_drawn_token_and_says_
     assert tl.getPlotItem().getAxis("left").labelText == "p (model)"
     assert tl.note.isVisible() and tl.note.toPlainText() == ("p under the model (server's sampling unseen)"
                                                              " · no entropy")
+    conf, k = confidence(steps[2].sample)  # (the core's figures from the reported log-probabilities)
     assert tl.point_tip(2) == (f"step 2 · p(drawn) under the model {format_prob(model_p[2])} (the server's "
-                               "sampling not observed) · entropy not reported — click to select")
+                               f"sampling not observed) · entropy not reported · varentropy "
+                               f"{varentropy(steps[2].sample):.2f} · confidence {conf:.2f} (k {k}) — click to select")
     text = w.output.text
     assert text.span_count() == 3 and [text.span_text(i) for i in range(3)] == ["a", "b", "c"]
     for i, p in enumerate(model_p):  # each token shaded by the record's p under the model

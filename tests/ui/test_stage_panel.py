@@ -94,14 +94,14 @@ def test_a_dragged_stage_list_is_numbered_top_to_bottom_again(qtbot):
     assert state.settings.stage_order[0] == "min_p"
     texts = [p.stages.item(i).text() for i in range(p.stages.count())]
     assert [t.split(".")[0] for t in texts] == [str(i + 1) for i in range(len(texts))]
-    assert texts[0] == "1. min-p  (off)" and "4. temperature" in texts
+    assert texts[0] == "1. min-p  (off)" and "5. temperature" in texts
 
 
 def test_the_list_greys_the_stages_that_are_off(qtbot):
     p, state = panel(qtbot)
     state.set_settings(SamplerSettings(top_k=10))
     texts = [p.stages.item(i).text() for i in range(p.stages.count())]
-    assert [t for t in texts if "(off)" not in t] == ["3. temperature", "5. top-k"]
+    assert [t for t in texts if "(off)" not in t] == ["4. temperature", "6. top-k"]
 
 
 def test_a_logit_bias_is_picked_by_text_or_id_and_a_bad_token_says_why(qtbot):

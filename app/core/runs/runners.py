@@ -15,6 +15,7 @@ from app.core.decoding.inside import look, refuse_remote, watching
 from app.core.decoding.probes import ProbeError, run_probes
 from app.core.decoding.quant_diff import run_diff
 from app.core.decoding.steering.pairs import make_from_pairs
+from app.core.decoding.steering.steered import steers
 from app.core.decoding.surprisal import score
 from app.core.decoding.together import generate_together, groups, interleave
 from app.core.events import Event, Failed, Finished, Loaded, Request, Scored
@@ -59,6 +60,8 @@ def _plain(ctx: ThreadContext, job: Job) -> Iterator[Event]:
 
 def _speculative(ctx: ThreadContext, job: Job) -> Iterator[Event]:
     request: Request = job.request  # type: ignore[assignment]
+    if steers(request.settings):  # (the draft and the target would have to be steered alike: not done)
+        raise SettingsError("steering runs on plain decoding and samples, not on speculative decoding")
     model = _alone(ctx, job)
     check_ids(request.settings.logit_bias, model.info.vocab_size)
     target = local(model)

@@ -13,6 +13,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from app.core.events import Step
+from app.core.record.span_stats import confidence, varentropy
 from app.core.record.trace import Sample, StepTrace
 from app.core.sampler.sampling import sample
 from app.core.settings import SamplerSettings, StageOrder
@@ -305,8 +306,10 @@ def test_the_timeline_draws_either_curve_or_both_and_the_window_remembers_which(
     assert not tl.prob.isVisible() and not axes("left").isVisible() and tl.entropy.isVisible()
     np.testing.assert_allclose(tl.entropy.getData()[1], entropies, rtol=1e-6)  # the record's numbers
     first = done.args[0].trace.steps[0]  # and each point's tooltip says them
+    conf, k = confidence(first.sample)  # (and the core's varentropy and DeepConf confidence of its record)
     assert tl.point_tip(0) == (f"step 0 · p(drawn) {format_prob(first.prob)} · entropy {first.sample.entropy:.2f} "
-                               "nats — click to select") and tl.point_tip(len(entropies)) == ""
+                               f"nats · varentropy {varentropy(first.sample):.2f} · confidence {conf:.2f} (k {k}) — "
+                               "click to select") and tl.point_tip(len(entropies)) == ""
     window.timeline_panel.series.setCurrentIndex(window.timeline_panel.series.findData("prob"))
     assert tl.prob.isVisible() and not tl.entropy.isVisible() and not axes("right").isVisible()
     window.prefs.save()

@@ -1,16 +1,16 @@
-"""Run ▸ Steering…: a dock to make a steering vector from contrastive prompt pairs (a small table of positive and
-negative prompts; mean difference or first principal component), load and save it as llama.cpp's control-vector
-GGUF, choose the layers and the strength (shown relative to the residual stream's norm there), and run the window's
-prompt and sampler steered beside its unsteered twin (the same seed). It draws the record: each step's KL from the
-unsteered model as a curve, where the steered draw first left the twin's, the tokens steering moved most at the step
-clicked, and both texts. The jobs run on the model thread (`steer_vector`, then `plain` twice); nothing is computed
-here.
+"""Run ▸ Steering…: a dock to make a steering vector from contrastive prompt pairs (mean difference or first principal
+component), load and save it as llama.cpp's control-vector GGUF, choose the layers and the strength (shown relative
+to the residual stream's norm there), and run the window's prompt and sampler steered, then unsteered with the same
+seed (`steer_vector`, then `plain` twice, on the model thread). It draws the records: both texts, each step's KL from
+the unsteered model as a curve, where the steered draw first left the twin's, the tokens moved at the step clicked.
 """
 
 from __future__ import annotations
 
 import html
+import shutil
 import tempfile
+import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -68,7 +68,8 @@ class SteerView(QDockWidget):
         self.path = ""  # the vector's file (made ones: in a folder of this view's)
         self.steered: RunTrace | None = None
         self.twin: RunTrace | None = None
-        self._folder = tempfile.mkdtemp(prefix="logitlab-vectors-")
+        self._folder = tempfile.mkdtemp(prefix="logitlab-vectors-")  # the vectors made here: gone with the view
+        weakref.finalize(self, shutil.rmtree, self._folder, ignore_errors=True)
         self._build()
         self.job = ModelJob(playground, self)
         self.job.event.connect(self._on_event)
@@ -163,7 +164,8 @@ class SteerView(QDockWidget):
         except ValueError as e:
             self.status.setText(str(e))
             return False
-        path = str(Path(self._folder) / f"vector-{len(list(Path(self._folder).iterdir())) + 1}.gguf")
+        folder = Path(self._folder)
+        path = str(folder / f"vector-{len(list(folder.iterdir())) + 1}.gguf")
         request = VectorRequest(model=self.playground.editing.model, positive=positive, negative=negative,
                                 layers=layers, method=self.method.currentText(), path=path)
         return self._start("steer_vector", request, f"Making a vector from {len(positive)} pair(s)…")
