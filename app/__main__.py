@@ -1,7 +1,5 @@
 """`python -m app` runs the `logitlab` command."""
 
-import sys
+from app.cli.main import entry
 
-from app.cli.main import main
-
-sys.exit(main())
+entry()

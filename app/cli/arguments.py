@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 from app.core.events import Loaded, Loading
 from app.core.files import typed
 from app.core.settings import SettingsError
+from backends import INSTALL_HINT, installed
 from backends.remote.http import DEADLINE_S, RemoteError, normalize_url, where
 from backends.threads import ThreadsError, check_threads
 
@@ -161,10 +162,14 @@ def text_arg(text: str) -> str:
 
 
 def loaded_line(ev: Loaded) -> str:
-    """What was loaded, leaving out what is not known (a server reports no parameter count)."""
+    """What was loaded, leaving out what is not known (a server reports no parameter count); a GGUF file that torch
+    dequantized says what would run it on its own weights."""
     i = ev.info
     size = f"{i.parameters / 1e6:.1f}M parameters, " if i.parameters else ""
-    return f"loaded {i.name}: {size}{i.backend} on {i.device}, {i.quantization or i.dtype}, in {ev.seconds:.1f} s"
+    line = f"loaded {i.name}: {size}{i.backend} on {i.device}, {i.quantization or i.dtype}, in {ev.seconds:.1f} s"
+    if i.backend == "torch" and i.name.lower().endswith(".gguf") and not installed("llamacpp"):
+        line += f" (dequantized; llama.cpp runs it on its own weights: {INSTALL_HINT['llamacpp']})"
+    return line
 
 
 def status_line(ev: object) -> str | None:

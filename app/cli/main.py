@@ -6,6 +6,7 @@ one line in any of them. The command modules never import this one.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 
@@ -14,6 +15,26 @@ from app.cli.arguments import OutputError, emit, output_failed
 # each as argv begins with it
 COMMANDS = (["generate"], ["sweep"], ["bench"], ["models"], ["diff"], ["probe"], ["serve"], ["lens"],
             ["attention"], ["multiverse"], ["steer"])
+
+
+# the commands that load a model: their process ends once their output is flushed (`entry`)
+QUICK_EXIT = {"generate", "sweep", "bench", "diff", "probe", "lens", "attention", "steer", "multiverse"}
+
+
+def entry() -> None:
+    """The `logitlab` console script and `python -m app`: `main`, and after a command that loaded a model the process
+    ends as soon as its output is flushed (os._exit: the frameworks' interpreter teardown takes about a second and
+    writes nothing; every file was written and closed inside `main`). `main` itself returns, for callers in the same
+    process."""
+    code = main()
+    if sys.argv[1:2] and sys.argv[1] in QUICK_EXIT:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            sys.exit(code)  # (a stream that cannot be flushed: the interpreter's own exit says so)
+        os._exit(code)
+    sys.exit(code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -24,11 +24,11 @@ _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenize
 
 
 class StreamDecoder:
-    def __init__(self, tok: HFTokenizer) -> None:
+    def __init__(self, tok: Any) -> None:  # (an HFTokenizer, or the lean one: `raw`, the tokenizers object, and `decode`)
         from tokenizers.decoders import DecodeStream
 
         self._tok = tok
-        self._fast = getattr(tok.hf, "_tokenizer", None)
+        self._fast = tok.raw
         self._stream = DecodeStream(skip_special_tokens=True) if self._fast is not None else None
         self._ids: list[int] = []
         self._emitted = 0  # characters emitted so far
@@ -65,6 +65,11 @@ class HFTokenizer:
     def has_chat_template(self) -> bool:
         return bool(getattr(self.hf, "chat_template", None))
 
+    @property
+    def raw(self) -> Any:
+        """The `tokenizers` object a fast tokenizer wraps (None for a slow one)."""
+        return getattr(self.hf, "_tokenizer", None)
+
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return list(self.hf.encode(text, add_special_tokens=add_special_tokens))
 
@@ -77,7 +82,7 @@ class HFTokenizer:
         if text is None:
             text = self.hf.decode([token_id], skip_special_tokens=False)
             if "\ufffd" in text:
-                raw = _token_bytes(self.hf.convert_ids_to_tokens(token_id))
+                raw = token_bytes(self.hf.convert_ids_to_tokens(token_id))
                 text = text if raw is None else "‹" + raw.hex(" ") + "›"
             self._texts[token_id] = text
         return text
@@ -207,7 +212,7 @@ def _bytes_to_unicode() -> dict[str, int]:
 _BYTE_OF = _bytes_to_unicode()
 
 
-def _token_bytes(token: str | None) -> bytes | None:
+def token_bytes(token: str | None) -> bytes | None:
     """The raw bytes of a byte-level BPE token, or None for other tokenizers' tokens."""
     if not token:
         return None

@@ -1,12 +1,8 @@
-"""llama.cpp backend (llama-cpp-python's C API): a GGUF file's forward on its own weights, quantized or not, on
-the CPU, or on Metal / CUDA where the installed build has them; the logits come back as numpy, and Logit Lab's
-sampler and record run on them (`LLAMA_OPS`: numpy, the next forward computing while the host records a step).
-
-One context per model, its KV memory unified and shared by up to `SEQUENCES` rows (`sequences.py`): prefix reuse,
-branches, `--n`, beams and speculative verification are sequence operations, not copies. The tokenizer is the
-file's own (`tokenizer.py`), or the Hugging Face one when the GGUF's folder holds one and transformers is installed.
-Imported lazily (it loads llama.cpp's library). llama.cpp's log goes to `_log`, which prints nothing and keeps its
-last errors: a file it cannot load is refused with the reason it gave.
+"""llama.cpp backend (llama-cpp-python's C API): a GGUF file's forward on its own weights, quantized or not, on the
+CPU, or Metal / CUDA where the build has them; Logit Lab's sampler and record run on the logits (`LLAMA_OPS`). One
+context per model, its unified KV memory shared by up to `SEQUENCES` rows (`sequences.py`); the file's tokenizer, or
+the HF one beside it. Imported lazily. llama.cpp's log goes to `_log`, which prints nothing and keeps its last
+errors: a file llama.cpp cannot load is refused with the reason it gave.
 """
 
 from __future__ import annotations

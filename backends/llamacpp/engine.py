@@ -1,10 +1,8 @@
-"""A forward through llama.cpp: B rows × T tokens as `llama_decode` batches, each token tagged with its row's
-sequence and position, and the logits it asked for read back as one float32 numpy array.
-
-The decode runs on the engine's one worker thread and the forward returns `Pending` logits at once (`lazy.py`);
-every other use of the context waits for it first (`wait`), so the context is never used by two threads at once.
-A batch holds at most `n_batch` tokens: longer inputs go in chunks along T (every row's chunk in one batch). A
-batch the memory has no room for is a ValueError saying how many cells the context holds. No sampling here.
+"""A forward through llama.cpp: B rows × T tokens as `llama_decode` batches (each token tagged with its row's sequence
+and position; at most `n_batch` tokens a batch, longer inputs in chunks along T), run on the engine's one worker
+thread; the forward returns `Pending` logits at once (`lazy.py`), and every other use of the context waits for it
+first (`wait`), so no two threads use the context at once. A batch the memory has no room for is a ValueError
+saying how many cells the context holds. No sampling here.
 """
 
 from __future__ import annotations
@@ -94,6 +92,9 @@ class Engine:
         if code == 1:
             raise ValueError(f"llama.cpp's context is full: its {self.n_ctx:,} cells hold every row's tokens (a fork "
                              f"shares its prompt's), and {n} more did not fit; run fewer samples or fewer tokens")
+        if code == -1:
+            raise ValueError(f"llama.cpp refused the batch of {n} tokens: a token id outside its vocabulary of "
+                             f"{self.n_vocab:,}?")
         if code != 0:
             raise RuntimeError(f"llama.cpp's decode failed (code {code})")
 

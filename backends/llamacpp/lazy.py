@@ -1,10 +1,8 @@
-"""Logits llama.cpp is still computing, and the sampler's numpy ops that wait for them.
-
-A forward returns at once with `Pending` logits while its `llama_decode` runs on the engine's worker thread
-(ctypes releases the GIL for the call): the decode loop, seeing `overlap`, queues step t+1's forward before it
-reads step t's record, so the record (made on the host: `host_record`, the cheaper path on numpy) and the text
-side are made while llama.cpp computes. Reading `Pending` in any way (numpy, an index, an attribute) waits for
-it and raises what the decode raised. Nothing here samples.
+"""Logits llama.cpp is still computing (`Pending`), and the sampler's numpy ops that wait for them (`LlamaOps`).
+The decode runs on the engine's worker (ctypes releases the GIL for it); the decode loop, seeing `overlap`, queues
+step t+1's forward before it reads step t's record, so the record (made on the host after the draw: `host_record`)
+and the text side are made while llama.cpp computes. Reading `Pending` in any way (numpy, an index, an attribute)
+waits for it and raises what the decode raised. Nothing here samples.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
-"""llama.cpp's own tokenizer (the vocabulary in the GGUF file) behind the `Tokenizer` interface.
-
-It encodes as llama.cpp does (special tokens parsed, BOS added where the file says so), decodes without special
-tokens, streams bytes into whole UTF-8 characters (never half of one; `flush` keeps every byte), shows a token
-that is part of a character as its bytes (‹e3 81›), and renders the file's chat template in a Jinja sandbox within
-the same time limit as the HF tokenizer's. It loads the file's vocabulary on its own (no weights), so it outlives
-the model (the window keeps its tokenizer after the model is closed) and is used from any thread.
+"""llama.cpp's own tokenizer (the GGUF file's vocabulary) behind the `Tokenizer` interface: it encodes as llama.cpp
+does (special tokens parsed, BOS where the file says so), decodes without special tokens, streams whole UTF-8
+characters (`flush` keeps every byte), shows a piece of a character as its bytes (‹e3 81›), and renders the chat
+template in the HF tokenizer's Jinja sandbox and time limit. It loads the vocabulary on its own (no weights), so it
+outlives the model (the window keeps its tokenizer after the model is closed); any thread may use it.
 """
 
 from __future__ import annotations

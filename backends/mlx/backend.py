@@ -1,4 +1,5 @@
-"""MLX / mlx-lm backend: mlx-lm's own loader and prompt caches; quantize on load (4 or 8 bits) if asked.
+"""MLX / mlx-lm backend: mlx-lm's models and prompt caches (plain Llama and Qwen folders built without importing
+mlx-lm's package or transformers: `lean.py`; others through mlx-lm's loader); quantize on load (4 or 8 bits) if asked.
 
 Imported lazily (it imports mlx). MLX streams are thread-local: load, forward and free on the one thread
 that owns the model (the core's model thread does exactly that). mlx-lm's models take (B, T) natively; a
@@ -30,8 +31,10 @@ from backends.base import (
 )
 from backends.checks import ConfigShape, check_folder
 from backends.gguf import is_gguf
-from backends.hf.tokenizer import HFTokenizer, load_tokenizer
+from backends.hf.lean import LeanTokenizer, open_tokenizer
+from backends.hf.tokenizer import HFTokenizer
 from backends.mlx.inside import MlxLayers
+from backends.mlx.lean import load_lean
 from backends.mlx.steer import MlxSteering
 
 T = TypeVar("T")
@@ -148,7 +151,7 @@ class MlxOps:
 class MlxModel(MlxLayers, MlxSteering):  # (the lens and attention: mlx/inside.py; steering: mlx/steer.py)
     capabilities = LOCAL
 
-    def __init__(self, model: nn.Module, tokenizer: HFTokenizer, info: ModelInfo) -> None:
+    def __init__(self, model: nn.Module, tokenizer: HFTokenizer | LeanTokenizer, info: ModelInfo) -> None:
         self.model, self.tokenizer, self.info = model, tokenizer, info
         # A stream of our own, as mlx-lm's generation_stream: async_eval then overlaps with Python's work
         # instead of running on the calling thread (streams are thread-local: made on the model thread).
@@ -212,17 +215,15 @@ class MlxBackend:
     park_thread_on_exit = True  # mlx 0.32.4: a thread that ran MLX sometimes aborts the process as it exits
 
     def load(self, path: Path, options: LoadOptions) -> MlxModel:
-        from mlx_lm.utils import load_model
-
         if is_gguf(path):  # mlx-lm loads safetensors folders only (its gguf module writes GGUF, it does not read it)
             raise ModelLoadError(f"{path.name} is a GGUF file, which the MLX backend cannot load: open it with the "
                                  "torch backend (--backend torch, or torch in the model bar)")
         config = check_folder(path, options)
         if options.allow_pickle and not list(path.glob("*.safetensors")):
             raise ModelLoadError(f"{path.name} has only pickle weights; the MLX backend reads safetensors only")
-        tokenizer = load_tokenizer(path, options)
+        tokenizer = open_tokenizer(path, options)
         try:
-            model, config = load_model(path, trust_remote_code=options.trust_remote_code)
+            model, config = load_lean(path) or _load_model(path, options)
         except (ValueError, KeyError, FileNotFoundError, ImportError) as e:
             raise ModelLoadError(f"MLX cannot load {path.name}: {str(e).splitlines()[0]}") from e
         dtype = pick_dtype(options.dtype, config)
@@ -236,6 +237,13 @@ class MlxBackend:
         mx.eval(model.parameters())
         info = make_info(path, config, model, quant)
         return MlxModel(model, tokenizer, replace(info, unquantized_bytes=before))
+
+
+def _load_model(path: Path, options: LoadOptions) -> tuple[nn.Module, dict]:
+    """mlx-lm's own loader (every architecture and quantization it knows; it imports transformers)."""
+    from mlx_lm.utils import load_model
+
+    return load_model(path, trust_remote_code=options.trust_remote_code)
 
 
 def pick_dtype(requested: str | None, config: dict) -> Any:

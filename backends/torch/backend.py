@@ -30,7 +30,8 @@ from backends.base import (
 )
 from backends.checks import ConfigShape, check_folder
 from backends.gguf import check_gguf, is_gguf
-from backends.hf.tokenizer import HFTokenizer, load_tokenizer
+from backends.hf.lean import LeanTokenizer, open_tokenizer
+from backends.hf.tokenizer import HFTokenizer
 from backends.numpy_rows import NUMPY_ROWS
 from backends.threads import choose_threads
 from backends.torch.fast import FastLlama, supports
@@ -173,7 +174,7 @@ class TorchModel(TorchLayers, TorchSteering):  # (the lens and attention: torch/
 
     capabilities = LOCAL
 
-    def __init__(self, model: Any, tokenizer: HFTokenizer, info: ModelInfo, device: torch.device,
+    def __init__(self, model: Any, tokenizer: HFTokenizer | LeanTokenizer, info: ModelInfo, device: torch.device,
                  options: LoadOptions) -> None:
         self.model, self.tokenizer, self.info, self.device = model, tokenizer, info, device
         self.fast = FastLlama(model, options.compile_len) if options.fast and supports(model) else None
@@ -198,7 +199,7 @@ class TorchModel(TorchLayers, TorchSteering):  # (the lens and attention: torch/
             out = self.model(input_ids=ids, **{self._cache_arg: cache}, use_cache=True,
                              logits_to_keep=0 if positions == "all" else 1)
             logits = out.logits.float() if positions == "all" else out.logits[:, -1].float()
-        return logits.numpy() if self.ops is NUMPY_ROWS else logits
+        return logits.numpy() if self.device.type == "cpu" else logits  # (the CPU's sampler runs on numpy)
 
     def cache_len(self, cache: Any) -> int:
         return cache.get_seq_length()
@@ -264,7 +265,7 @@ class TorchBackend:
         config = check_gguf(path).config() if gguf else check_folder(path, options)
         device = pick_device(options.device)
         dtype = pick_dtype(options.dtype, device)
-        tokenizer = load_gguf_tokenizer(path) if gguf else load_tokenizer(path, options)
+        tokenizer = load_gguf_tokenizer(path) if gguf else open_tokenizer(path, options)
         model = load_weights(path, dtype, options)
         model.to(device).eval()
         info = replace(make_info(path, config, model, device, dtype), threads=set_threads(model, options.threads))

@@ -51,3 +51,18 @@ def test_without_llama_cpp_or_torch_a_gguf_file_says_what_to_install(monkeypatch
     monkeypatch.setattr(backends, "installed", lambda name: name == "mlx")
     with pytest.raises(ModelLoadError, match=r'opens on the llama.cpp backend .* pip install "logitlab\[llamacpp\]"'):
         resolve_name("auto", "/m/x.gguf")
+
+
+def test_a_gguf_file_torch_dequantized_says_what_runs_it_on_its_own_weights(monkeypatch: pytest.MonkeyPatch):
+    import app.cli.arguments as arguments
+    from app.core.events import Loaded
+    from backends.base import ModelInfo
+
+    info = ModelInfo("q4.gguf", "torch", "llama", 5_000_000, 2, 4, 2, 16, 64, 384, 1024, "float32", "cpu", None,
+                     20_000_000, 256)
+    monkeypatch.setattr(arguments, "installed", lambda name: False)
+    line = arguments.loaded_line(Loaded(1, info, 0.5, None))
+    assert line.endswith('(dequantized; llama.cpp runs it on its own weights: pip install "logitlab[llamacpp]" (on a '
+                         'Mac, for Metal: CMAKE_ARGS="-DGGML_METAL=on" pip install llama-cpp-python))')
+    monkeypatch.setattr(arguments, "installed", lambda name: True)
+    assert "dequantized" not in arguments.loaded_line(Loaded(1, info, 0.5, None))

@@ -90,7 +90,7 @@ def test_the_files_tokenizer_encodes_and_decodes_as_the_hf_one(lcpp, torch_model
 # -- the same numbers as llama-cpp-python -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["tiny-f32.gguf", "tiny-q4_k.gguf"])
+@pytest.mark.parametrize("name", ["tiny-f32.gguf", "tiny-f16.gguf", "tiny-q4_k.gguf"])
 def test_greedy_tokens_are_llama_cpp_pythons_own(ggufs: Path, name: str):
     model = get_backend("llamacpp").load(ggufs / name, LoadOptions())
     request = Request(prompt=PROMPT, settings=SamplerSettings(temperature=0, max_tokens=24), ignore_eos=True)

@@ -1,4 +1,5 @@
 """Token loops over a loaded model: prefill, decode, batched rows, beam search, speculative
-decoding, prompt surprisal, the quantization diff's teacher-forced forwards and the thinking model's accuracy check.
+decoding, prompt surprisal, the quantization diff's teacher-forced forwards, the thinking model's accuracy check and
+the think probes (the answer if it stopped thinking here).
 Ids in, records and events out.
 """

@@ -28,7 +28,7 @@ from app.core.record.spans import THINK, Markers, SpanTracker, find_markers
 from backends.base import LoadedModel
 
 MAX_PROBES = 512  # probes of one run (a K of 1 over a long span would be a forward per token)
-MAX_ANSWERS = 64
+MAX_ANSWERS = 16  # scored per probe in one forward of (answers, tokens, vocabulary) logits
 
 
 class ProbeError(ValueError):

@@ -1,3 +1,4 @@
 """What a run leaves behind: the step's `Sample`, the `StepTrace` and `RunTrace`, trace files,
-speculative records and exports. Plain data: nothing here runs a stage or a model.
+speculative records, exports, and a thinking model's spans and their figures. Plain data: nothing here runs a stage
+or a model.
 """

@@ -69,6 +69,9 @@ def test_the_output_draws_the_think_span_apart_and_folds_it(qtbot, window):
     assert folded.endswith(trace.text[len(thought):] + " [max tokens]")  # the answer as it was
     view.thinking.setChecked(True)
     assert text.toPlainText() == whole
+    view.thinking.setChecked(False)  # folded while a run streams: "[thinking…]", then its length once it ends
+    think(qtbot, window)
+    assert text.toPlainText() == folded and not view.thinking.isChecked()
 
 
 def test_the_timeline_labels_each_span_with_the_core_s_figures_and_marks_the_budget(qtbot, window):
