@@ -77,6 +77,23 @@ def per_token_ms(model: object, request: Request, prefix: Prefix) -> float:
     return 1000 / fin.metrics.decode_tokens_per_s
 
 
+def lens_work_ms(model: object, prompt: tuple[int, ...], repeat: int) -> float:
+    """The median time of what the live lens adds to a step, alone (its reads queued and read back): steadier than
+    the difference of two whole runs on a busy machine."""
+    from app.core.decoding.loop import _lensed, _start_lens
+    from app.core.sampler.sampling import sample
+
+    with watching(model, LIVE_K):
+        logits = model.forward([list(prompt)], model.new_cache())
+        drawn = sample(model.ops, logits[0], SamplerSettings(temperature=0), 0.5)
+        times = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            _lensed(model.ops, _start_lens(model, logits, LIVE_K), [drawn])
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1000
+
+
 def click_s(model: object, request: InsideRequest, kind: str, prefix: Prefix | None, repeat: int) -> float:
     """The median seconds of a click: `prefix` warm (holding the run), or None: a fresh cache each time."""
     times = []
@@ -104,9 +121,10 @@ def bench(name: str, path: Path, backend: str, repeat: int, tokens: int) -> None
     fin = [e for e in generate(model, base, threading.Event(), prefix) if isinstance(e, Finished)][-1]
     ask = InsideRequest(prompt_ids=prompt, tokens=tuple(fin.trace.token_ids), step=tokens - 2)
     p, lv = statistics.median(plain), statistics.median(live)
+    alone = lens_work_ms(model, prompt, repeat * 10)
     print(f"{name} ({info.parameters / 1e6:.0f}M, {info.layers} layers, {backend}, threads {info.threads}): "
           f"plain {p:.2f} ms/token, live lens {lv:.2f} ms/token: {lv / p:.3f}× plain (medians; fastest runs: "
-          f"{min(live) / min(plain):.3f}×)")
+          f"{min(live) / min(plain):.3f}×); the lens's own work {alone:.3f} ms a step: {1 + alone / p:.3f}× plain")
     for kind in ("lens", "attention"):
         warm = click_s(model, ask, kind, prefix, repeat)
         cold = click_s(model, ask, kind, None, max(1, repeat // 2))

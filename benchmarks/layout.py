@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM
+from transformers.utils import logging as hf_logging
 
 from app.core.models.sources import BUILTIN_PATH
 from backends.threads import choose_threads
@@ -33,7 +34,7 @@ PROMPT = list(range(3, 67))
 
 
 def lean(path: Path, dtype: torch.dtype, input_major: bool) -> FastLlama:
-    hf = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()  # (transformers' own loader: both alike)
     return FastLlama(hf, input_major=input_major)
 
 
@@ -71,15 +72,17 @@ def main() -> None:
     ap.add_argument("--rows", default="1,2", help="rows per step, comma-separated")
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=None, help="threads for both (default: Logit Lab's rule)")
     args = ap.parse_args()
     rows = [int(r) for r in args.rows.split(",")]
+    hf_logging.disable_progress_bar()
     with tempfile.TemporaryDirectory() as tmp:
         path = BUILTIN_PATH if args.builtin else make_model(Path(tmp) / "random", hidden=args.hidden,
                                                             layers=args.layers, seed=0)
         models = {(dt, major): lean(path, dt, major) for dt in (torch.float32, torch.bfloat16)
                   for major in (True, False)}
         params = sum(p.numel() for p in models[torch.float32, True].hf.parameters())
-        threads = choose_threads(params, None, torch.get_num_threads())
+        threads = choose_threads(params, args.threads, torch.get_num_threads())
         torch.set_num_threads(threads)
         variants = {(dt, major, r): (lambda m=m, r=r: steps_per_s(m, r, args.steps))
                     for (dt, major), m in models.items() for r in rows}

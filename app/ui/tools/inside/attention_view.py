@@ -140,6 +140,7 @@ class HeadMap(ThemedPlot):
         self.amap: AttentionMap | None = None
         self.layer = 0
         self.scene().sigMouseMoved.connect(self._hover)
+        self.clear_layer()
 
     def show_layer(self, a: AttentionMap, layer: int) -> None:
         self.amap, self.layer = a, layer
@@ -156,9 +157,15 @@ class HeadMap(ThemedPlot):
         plot.setTitle(f"layer {layer + 1}: each head", size="9pt")
 
     def clear_layer(self) -> None:
+        """Nothing drawn: a blank map, its axes without numbers."""
         self.amap = None
         self.image.clear()
-        self.getPlotItem().setTitle("")
+        plot = self.getPlotItem()
+        plot.setTitle("the selected layer's heads", size="9pt")
+        for side in ("bottom", "left"):
+            plot.getAxis(side).setTicks([[]])
+        plot.setXRange(0, 1, padding=0)
+        plot.setYRange(0, 1, padding=0)
 
     def tip(self, head: int, position: int) -> str:
         a = self.amap

@@ -118,6 +118,7 @@ class LensCurve(ThemedPlot):
         plot.setLabel("bottom", "layer")
         plot.setLabel("left", "p(drawn)")
         plot.getAxis("left").enableAutoSIPrefix(False)  # (a log axis read as 10^2 × 0.001 otherwise)
+        self.clear_values()
 
     def show_values(self, names: tuple[str, ...] | list[str], values: np.ndarray, lead: int | None,
                     label: str) -> None:
@@ -134,8 +135,13 @@ class LensCurve(ThemedPlot):
         self.getPlotItem().enableAutoRange()
 
     def clear_values(self) -> None:
+        """Nothing drawn: an empty axis from 10⁻⁶ to 1 (the log axis' range is in decades)."""
         self.line.setData([], [])
         self.lead.hide()
+        plot = self.getPlotItem()
+        plot.getAxis("bottom").setTicks(None)
+        plot.setXRange(0, 6, padding=0)
+        plot.setYRange(-6, 0, padding=0)
 
 
 class LensView(QDockWidget):
@@ -235,8 +241,10 @@ class LensView(QDockWidget):
                                    int(lead[0]) if lead.size else None, "share of the drawn, live")
         else:
             self.curve.clear_values()
+        outside = "" if trace.token_id in ids else " The drawn token is not among them: no line."
         self.status.setText(f"Live lens: each layer's share among the step's top {len(ids)} candidates only (recorded "
-                            "while it decoded). Full lens: every layer's top tokens over the whole vocabulary.")
+                            "while it decoded). Full lens: every layer's top tokens over the whole vocabulary."
+                            + outside)
         self.shown.emit(lens)
 
     def _text(self, token: int, trace: StepTrace) -> str:
