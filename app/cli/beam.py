@@ -63,8 +63,8 @@ def run_beams(args: argparse.Namespace, spec: ModelSpec, prompt: str, messages: 
         return fail(f"--beams runs one beam search, without {', '.join(other)}: leave it out", 2, PROG)
     try:
         request = BeamRequest(model=spec, prompt=prompt, messages=messages, settings=beam_settings(args),
-                              openable=False, constraint=args.constraint and replace(args.constraint,
-                                                                                      place=args.constraint_place))
+                              openable=False, think=not args.no_think,
+                              constraint=args.constraint and replace(args.constraint, place=args.constraint_place))
     except SettingsError as e:
         return fail(str(e), 2, PROG)
     worker = ModelThread()

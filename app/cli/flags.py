@@ -86,6 +86,9 @@ def add_sampler_args(p: argparse.ArgumentParser) -> None:
                         '(default: ["\\n", ":", "\\"", "*"], as llama.cpp)')
     p.add_argument("--think-soft", action="store_true", help="with --think-budget: raise the closing marker's logit "
                    "as the budget nears (a stage) rather than forcing it at the budget")
+    p.add_argument("--no-think", action="store_true", help="a thinking model answers without thinking: its chat "
+                   "template is told enable_thinking=false (Qwen3's switch), and a think span it opens anyway is "
+                   "closed at once")
     p.add_argument("--think-markers", nargs=2, metavar=("OPEN", "CLOSE"), type=nonempty, default=(),
                    help="a thinking model's reasoning markers, where its tokenizer's are not found (default: <think> "
                         "and </think>, or gpt-oss's channels, when the tokenizer has them)")
@@ -178,6 +181,7 @@ def settings_from(args: argparse.Namespace, by_text: bool = False) -> SamplerSet
                            order=args.order[0], chain=args.order[1], logit_bias=ids,
                            dry_breakers=args.dry_breakers, think_soft=args.think_soft,
                            think_markers=tuple(args.think_markers), steering=getattr(args, "steer", None),
+                           think=not getattr(args, "no_think", False),
                            constraint=args.constraint and replace(args.constraint, place=args.constraint_place))
 
 

@@ -1,10 +1,7 @@
-"""`logitlab multiverse`: where a prompt could go, best first by path probability, through the model thread.
-
-Text: one line per node of the tree, likeliest first (its path probability, the other space's beside it, its depth,
-the path's text, and the stage that cut it where one did). `--json`: the whole multiverse as one JSON object
-(`Multiverse.to_dict`, its columns added). Then, on stderr, each depth's explored share and what the search did.
-`--sampled` ranks by the probability after the sampler flags' chain instead of the model's own. Loading is said on
-stderr; bad input exits 2 with one line, a model that cannot look ahead (a server's) 1.
+"""`logitlab multiverse`: where a prompt could go, best first by path probability, through the model thread. Text: a
+line per node, likeliest first (p(path), the other space's, depth, the path, the stage that cut it); `--json`: the
+whole `Multiverse.to_dict` with each depth's columns. Then, on stderr, each depth's explored share. `--sampled` ranks
+by the probability after the sampler flags' chain. Bad input exits 2 with one line, a server's model 1.
 """
 
 from __future__ import annotations

@@ -184,6 +184,9 @@ class SamplerSettings:
     think_budget: int = 0  # think tokens before the closing marker is forced (0: no budget)
     think_soft: bool = False  # the budget raises the closing marker's logit as it nears, rather than forcing it
     think_markers: tuple[str, ...] = ()  # (open, close): a custom pair of reasoning markers; (): the tokenizer's
+    # False: no thinking: the chat template is rendered with enable_thinking=False, and a think span opened anyway is
+    # closed at once (a hard budget of 0); True: the template's own default
+    think: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "order", StageOrder(self.order))
@@ -197,8 +200,9 @@ class SamplerSettings:
         if self.think_markers and (len(self.think_markers) != 2 or not all(
                 isinstance(m, str) and m for m in self.think_markers)):
             raise SettingsError("think_markers must be two non-empty texts, the opening and the closing marker")
-        if not isinstance(self.think_soft, bool):
-            raise SettingsError(f"think_soft must be true or false, got {self.think_soft!r}")
+        for name in ("think_soft", "think"):
+            if not isinstance(getattr(self, name), bool):
+                raise SettingsError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if any(not isinstance(b, str) or b == "" for b in self.dry_breakers):
             raise SettingsError("dry_breakers must be non-empty text")
         for f in FIELDS:
@@ -236,9 +240,11 @@ class SamplerSettings:
         draw (a re-sample needs the model)."""
         if self.constraint is not None:  # its grammar cuts by the whole vocabulary; a step records only its top-K
             return True
-        if any(value > 0 for _, value in self.logit_bias) or self.dry_multiplier > 0 or self.think_budget > 0:
-            return True  # (DRY: its breakers are the tokenizer's, which a re-sample does not have; a think budget: its
-            # markers are the tokenizer's too, and it raises or forces a token that may be outside the record)
+        if (any(value > 0 for _, value in self.logit_bias) or self.dry_multiplier > 0 or self.think_budget > 0
+                or not self.think):
+            return True  # (DRY: its breakers are the tokenizer's, which a re-sample does not have; a think budget, or
+            # no thinking (a budget of 0): its markers are the tokenizer's too, and it raises or forces a token that may
+            # be outside the record)
         for name in self.enabled_stages():
             row = STAGE[record_name(self, name)]
             if row.few or row.whole:
@@ -377,6 +383,7 @@ _SETTING_KINDS = {"stop": (lambda v: isinstance(v, list) and all(isinstance(x, s
                   "dry_breakers": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
                                    "a list of text"),
                   "think_soft": (lambda v: isinstance(v, bool), "true or false"),
+                  "think": (lambda v: isinstance(v, bool), "true or false"),
                   "think_markers": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
                                     "a list of two texts"),
                   "constraint": (lambda v: isinstance(v, dict), "an object (kind, text, place)"),

@@ -10,12 +10,12 @@ on first use, for the few callers that hand it to another library.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from copy import copy
 from datetime import datetime
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from backends.base import LoadOptions
 from backends.hf.tokenizer import (
@@ -68,16 +68,17 @@ class LeanTokenizer:
             self._texts[token_id] = text
         return text
 
-    def apply_chat_template(self, messages: Sequence[dict[str, str]]) -> str:
+    def apply_chat_template(self, messages: Sequence[dict[str, str]], options: Mapping[str, Any] | None = None) -> str:
         """The messages through the model's template, in transformers' sandbox (`render`) and within the time limit
-        of `guarded_template`; a template that breaks out, errs or loops is a ValueError of one line."""
+        of `guarded_template` (`options`: variables the template reads, over the special tokens as transformers
+        passes them); a template that breaks out, errs or loops is a ValueError of one line."""
         if not self.has_chat_template:
             raise ValueError("this model has no chat template: use completion mode")
         template = self.chat_template
         assert template is not None
         return guarded_template(lambda: compiled(template).render(
             messages=[dict(m) for m in messages], tools=None, documents=None, add_generation_prompt=True,
-            **self.specials))
+            **{**self.specials, **(options or {})}))
 
     def stream(self) -> StreamDecoder:
         return StreamDecoder(self)
@@ -168,7 +169,7 @@ def _post_processor(raw: Any, config: dict, specials: dict[str, str]) -> None:
     raw.post_processor = processors.TemplateProcessing(single=single, pair=pair, special_tokens=tokens)
 
 
-def _template(path: Path, config: dict) -> str | None | bool:
+def _template(path: Path, config: dict) -> str | bool | None:
     """The chat template transformers would use (chat_template.jinja over the config's); False: a set of templates
     without a default, left to transformers."""
     file = path / "chat_template.jinja"
@@ -208,7 +209,7 @@ def compiled(template: str) -> Any:
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     class Generation(Extension):
-        tags = {"generation"}
+        tags: ClassVar[set[str]] = {"generation"}
 
         def parse(self, parser: Any) -> Any:
             lineno = next(parser.stream).lineno
@@ -226,7 +227,7 @@ def compiled(template: str) -> Any:
             return dict.fromkeys(*args, **kwargs)
 
     class TemplateNamespace(jinja2.utils.Namespace):
-        def __init__(*args: Any, **kwargs: Any) -> None:  # noqa: N805 - Jinja's Namespace's own signature trick
+        def __init__(*args: Any, **kwargs: Any) -> None:  # (Jinja's Namespace's own signature trick)
             self, rest = args[0], args[1:]
             attrs = dict(*rest, **kwargs)
             for name in attrs:

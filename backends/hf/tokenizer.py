@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from copy import copy
 from pathlib import Path
@@ -24,7 +24,7 @@ _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenize
 
 
 class StreamDecoder:
-    def __init__(self, tok: Any) -> None:  # (an HFTokenizer, or the lean one: `raw`, the tokenizers object, and `decode`)
+    def __init__(self, tok: Any) -> None:  # (HFTokenizer or the lean one: `raw`, the tokenizers object, `decode`)
         from tokenizers.decoders import DecodeStream
 
         self._tok = tok
@@ -87,13 +87,14 @@ class HFTokenizer:
             self._texts[token_id] = text
         return text
 
-    def apply_chat_template(self, messages: Sequence[dict[str, str]]) -> str:
+    def apply_chat_template(self, messages: Sequence[dict[str, str]], options: Mapping[str, Any] | None = None) -> str:
         """The messages through the model's template, in transformers' Jinja sandbox and within
-        `TEMPLATE_LIMIT_S`; a template that breaks out, errs or loops is a ValueError of one line."""
+        `TEMPLATE_LIMIT_S` (`options`: variables the template reads, e.g. enable_thinking); a template that breaks
+        out, errs or loops is a ValueError of one line."""
         if not self.has_chat_template:
             raise ValueError("this model has no chat template: use completion mode")
         return guarded_template(lambda: self.hf.apply_chat_template(list(messages), tokenize=False,
-                                                                     add_generation_prompt=True))
+                                                                     add_generation_prompt=True, **(options or {})))
 
     def stream(self) -> StreamDecoder:
         return StreamDecoder(self)

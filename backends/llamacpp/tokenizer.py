@@ -11,7 +11,7 @@ import codecs
 import ctypes
 import json
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -102,14 +102,15 @@ class LlamaTokenizer:
             self._texts[token_id] = text
         return text
 
-    def apply_chat_template(self, messages: Sequence[dict[str, str]]) -> str:
+    def apply_chat_template(self, messages: Sequence[dict[str, str]], options: Mapping[str, Any] | None = None) -> str:
+        """The messages through the GGUF file's template (`options`: variables it reads, e.g. enable_thinking)."""
         if not self._template:
             raise ValueError("this model has no chat template: use completion mode")
         template = self._template
         bos = self.token_text(self.bos_id) if self.bos_id is not None else ""
         eos = self.token_text(min(self.eos_ids)) if self.eos_ids else ""
         return guarded_template(lambda: _compile(template).render(
-            messages=list(messages), add_generation_prompt=True, bos_token=bos, eos_token=eos))
+            messages=list(messages), add_generation_prompt=True, bos_token=bos, eos_token=eos, **(options or {})))
 
     def stream(self) -> StreamDecoder:
         return StreamDecoder(self)

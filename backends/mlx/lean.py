@@ -21,6 +21,8 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 
+from backends.base import ModelLoadError
+
 LEAN_TYPES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}  # (mlx-lm's remapping)
 UNUSUAL_KEYS = ("quantization", "quantization_config", "model_file", "text_config", "quantize_activations")
 
@@ -61,6 +63,10 @@ def load_lean(path: Path) -> tuple[nn.Module, dict] | None:
     files = sorted(path.glob("model*.safetensors"))
     if arch_name is None or not files:
         return None
+    heads, hidden = config.get("num_attention_heads"), config.get("hidden_size")
+    if arch_name == "llama" and isinstance(heads, int) and isinstance(hidden, int) and heads and hidden % heads:
+        raise ModelLoadError(f"{path / 'config.json'}: The hidden size ({hidden}) is not a multiple of the number of "
+                             f"attention heads ({heads}).")  # (transformers' Llama rule, in its words)
     models_only()
     arch = importlib.import_module(f"mlx_lm.models.{arch_name}")
     model = arch.Model(arch.ModelArgs.from_dict(config))

@@ -336,7 +336,7 @@ class RemoteTokenizer:
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         raise RemoteError("the server tokenizes prompts itself: token counts and prompt surprisal need a local model")
 
-    def apply_chat_template(self, messages: Any) -> str:
+    def apply_chat_template(self, messages: Any, options: Any = None) -> str:
         return self.encode("")  # type: ignore[return-value]
 
     def decode(self, ids: Any) -> str:

@@ -279,8 +279,12 @@ def load_weights(path: Path, dtype: torch.dtype, options: LoadOptions) -> Any:
 
     folder, args = (path.parent, {"gguf_file": path.name}) if is_gguf(path) else (path, {
         "trust_remote_code": options.trust_remote_code, "use_safetensors": not options.allow_pickle or None})
+    from huggingface_hub.errors import StrictDataclassError
+
     try:
         return AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype, **args)
+    except StrictDataclassError as e:  # transformers read config.json and refused it
+        raise ModelLoadError(f"{folder / 'config.json'}: {first_line(e.__cause__ or e)}") from e
     except Exception as e:
         raise ModelLoadError(f"cannot load the weights in {path}: {first_line(e)}") from e
 

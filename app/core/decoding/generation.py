@@ -24,6 +24,7 @@ from app.core.decoding.prefill import prefill
 from app.core.decoding.steering.steered import generate_steered, plan_for, steers
 from app.core.events import Event, Finished, Message, Prefilled, Request
 from app.core.metrics import Clock, Metrics
+from app.core.record.spans import template_options
 from app.core.remote.remote_run import run_remote
 from app.core.sampler.constraint import compile_for
 from app.core.settings import MAX_SEED, SamplerSettings
@@ -41,13 +42,15 @@ class PromptError(ValueError):
 MAX_CHARS_PER_TOKEN = 64
 
 
-def prompt_tokens(tok: Tokenizer, prompt: str, messages: Sequence[Message] | None) -> tuple[list[int], str]:
-    """The text the model sees (chat messages through the model's template) and its token ids: one definition
-    for a run and for the editor's token count."""
+def prompt_tokens(tok: Tokenizer, prompt: str, messages: Sequence[Message] | None,
+                  think: bool = True) -> tuple[list[int], str]:
+    """The text the model sees (chat messages through the model's template, told thinking is off where `think` is
+    False) and its token ids: one definition for a run and for the editor's token count."""
     if messages is None:
         return tok.encode(prompt), prompt
     try:
-        text = tok.apply_chat_template([{"role": m.role, "content": m.content} for m in messages])
+        text = tok.apply_chat_template([{"role": m.role, "content": m.content} for m in messages],
+                                       template_options(think))
     except ValueError as e:
         raise PromptError(str(e)) from e
     return tok.encode(text, add_special_tokens=False), text
@@ -58,7 +61,7 @@ def build_prompt(tok: Tokenizer, request: Request, context_length: int = 0) -> t
     if request.prompt_ids is not None:
         ids, text = list(request.prompt_ids), tok.decode(request.prompt_ids)
     else:
-        ids, text = prompt_tokens(tok, request.prompt, request.messages)
+        ids, text = prompt_tokens(tok, request.prompt, request.messages, request.settings.think)
     if not ids:
         if tok.bos_id is None:
             raise PromptError("the prompt is empty: type something to continue")

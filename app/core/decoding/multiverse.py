@@ -1,13 +1,9 @@
 """Look ahead from a prefilled prefix: the likely continuations, best first by path probability, as a `Multiverse`.
 
-`LookAhead` says how far (a budget of nodes, a depth, children per node, the space ranked by, rows per forward).
-`Explorer.grow(cancel)` yields the tree after each round. A round forwards the best `rows` nodes not yet expanded,
-each row a fork of the prefix's one-row cache fed the node's path (one forward per depth among them: the prompt
-is never prefilled again), and runs the real sampler chain on every row's logits (`start_samples`, the run's
-settings and each row's own penalty history), which gives each child both probabilities and the stage that cut
-it. A node joins the tree only once everything that could outrank it is known, so the tree is the best-first
-one whatever `rows` is: the top `budget` paths. No threads, no events, no text beyond each token's display.
-"""
+`Explorer.grow` yields the tree after each round; a round feeds the best `rows` unexpanded paths in rows of a cache
+forked once from the prefix's (trimmed back after: the prompt is never prefilled again), one forward per depth, and
+runs the real sampler chain on each row's logits (`start_samples`), which gives each child both probabilities and
+the stage that cut it. Nodes join strictly best first, whatever `rows` is. No threads, no events."""
 
 from __future__ import annotations
 
@@ -30,6 +26,7 @@ MAX_BUDGET, MAX_DEPTH, MAX_WIDTH, MAX_ROWS = 5000, 64, 64, 256
 # The uniform each row's sampler step draws with. Nothing is drawn from it here; XTC's coin is made from it
 # (`stages.xtc_uniform`: 0 for 0.5), so XTC shows the step where its coin comes up.
 U = 0.5
+LADDER = tuple(2**i for i in range(9))  # the row counts of the caches a round forwards into (up to MAX_ROWS)
 
 
 @dataclass(frozen=True)
@@ -105,8 +102,7 @@ class Explorer:
         self._order = itertools.count()  # ties are taken in the order they were found
         self._children_of: dict[tuple[int, ...], list[Child]] = {}  # computed, for paths not yet in the tree
         self._breakers: frozenset[int] | None = None
-        # depth -> the caches last round forwarded paths of that depth into, each with its rows (path -> row)
-        self._went: dict[int, list[tuple[Any, dict[tuple[int, ...], int]]]] = {}
+        self._pool: dict[int, Any] = {}  # rows -> a cache of that many rows holding the prefix (`_rows_cache`)
         root = Node(ROOT, -1, -1, "", 0, 1.0, 1.0, 1.0, 1.0)
         self.tree = Multiverse(tuple(self.prompt), tuple(self.start), prefix_text, look.space, look.budget,
                                self.depth, look.width, settings, (root,), origin=origin)
@@ -198,34 +194,29 @@ class Explorer:
         return out
 
     def _expand(self, paths: list[_Path]) -> None:
-        """Each path's children. A path whose parent was forwarded the round before goes on from its parent's row
-        of that round's cache (rows reordered, one token forwarded); the others are fed whole after the prefix, into
-        rows forked from its cache. One forward per depth and cache; what this round forwarded is the next's to go
-        on from (the caches of the round before are let go)."""
-        groups: dict[tuple[int, int], list[_Path]] = {}
+        """Each path's children: one forward per depth, each path fed whole after the prefix into a row of a cache
+        that holds the prefix in every row (trimmed back after). Going on from a parent's row instead would save
+        feeding the path but copy whole cache rows each round: slower on the built-in model, no faster on a 0.1B
+        one (docs/multiverse.md)."""
+        by_depth: dict[int, list[_Path]] = {}
         for p in paths:
-            groups.setdefault((len(p.tokens), self._row_cache(p.tokens[:-1])), []).append(p)
-        made: dict[int, list[tuple[Any, dict[tuple[int, ...], int]]]] = {}
-        for (depth, at), group in sorted(groups.items()):
-            if at >= 0:  # (a cache is reordered in place: one group goes on from it)
-                cache, rows = self._went[depth - 1][at]
-                self.model.reorder(cache, [rows[p.tokens[:-1]] for p in group])
-                logits = self.model.forward([[p.tokens[-1]] for p in group], cache)  # (rows, V)
-            else:
-                cache = self.model.fork(self.cache, len(group))
-                logits = self.model.forward([list(p.tokens) for p in group], cache)  # (rows, V)
-            made.setdefault(depth, []).append((cache, {p.tokens: i for i, p in enumerate(group)}))
-            for p, children in zip(group, self._children(logits, group), strict=True):
+            by_depth.setdefault(len(p.tokens), []).append(p)
+        for depth, group in sorted(by_depth.items()):
+            cache, size = self._rows_cache(len(group))
+            tokens = [list(p.tokens) for p in group]
+            logits = self.model.forward(tokens + tokens[:1] * (size - len(group)), cache)  # (size, V)
+            self.model.trim(cache, depth)  # back to the prefix, for the next round
+            for p, children in zip(group, self._children(logits[: len(group)], group), strict=True):
                 self._found(p, children)
             self._rows += len(group)
-        self._went = made
 
-    def _row_cache(self, parent: tuple[int, ...]) -> int:
-        """Which of last round's caches at the parent's depth holds `parent` in a row (-1: none; the root: none)."""
-        for i, (_, rows) in enumerate(self._went.get(len(parent), []) if parent else []):
-            if parent in rows:
-                return i
-        return -1
+    def _rows_cache(self, n: int) -> tuple[Any, int]:
+        """A cache of at least `n` rows, each holding the prefix: forked once per size of `LADDER` (the padding
+        rows repeat the first path, their logits unread), so a round copies no cache."""
+        size = min(next(s for s in LADDER if s >= n), self.look.rows)
+        if size not in self._pool:
+            self._pool[size] = self.model.fork(self.cache, size)
+        return self._pool[size], size
 
     def _children(self, logits: Any, paths: list[_Path]) -> list[list[Child]]:
         """Each row's `width` likeliest tokens under the model, with their probabilities after the chain and the

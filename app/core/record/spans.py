@@ -2,7 +2,9 @@
 reasoning markers of its tokenizer (Qwen3 and DeepSeek-R1's <think>…</think>, gpt-oss's analysis channel) or a pair
 of the user's. `find_markers` reads them (token sequences) from a tokenizer; `SpanTracker` labels tokens one at a time
 as a run draws them (a marker of several tokens is in its span from the token that completes it; a closing marker is
-in the span it closes); `spans` groups a run's labels into ranges. Plain data over token ids: no model, no Qt.
+in the span it closes); `spans` groups a run's labels into ranges. `template_options` is what a chat template is told
+for thinking on or off (Qwen3's enable_thinking), `has_think_switch` whether a template reads it. Plain data over token
+ids: no model, no Qt.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ FAMILIES: dict[str, dict[str, Any]] = {
                 "needs": ("<|channel|>", "<|message|>", "<|end|>")},
 }
 _THINK_MARK, _ANSWER_MARK = "LOGITLAB_THINKING", "LOGITLAB_ANSWER"  # rendered through a template to find its gap
+NO_THINKING = {"enable_thinking": False}  # Qwen3's switch (SmolLM3, GLM-4.5 and Hunyuan's templates read it too)
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,28 @@ def _template_gap(tok: Tokenizer, close: str) -> str | None:
     if think < 0 or answer < 0 or end < 0 or end > answer:
         return None
     return text[end + len(close): answer]
+
+
+def template_options(think: bool) -> dict[str, Any]:
+    """The chat template's variables for thinking on (none: the template's own default) or off."""
+    return {} if think else dict(NO_THINKING)
+
+
+def has_think_switch(tok: Tokenizer) -> bool:
+    """Whether `tok`'s chat template renders a turn otherwise with thinking off (it reads enable_thinking). Cached
+    per tokenizer; a template that fails either way has none."""
+    return _switch(tok)
+
+
+@lru_cache(maxsize=8)
+def _switch(tok: Tokenizer) -> bool:
+    if not getattr(tok, "has_chat_template", False):
+        return False
+    turn = [{"role": "user", "content": "?"}]
+    try:
+        return tok.apply_chat_template(turn) != tok.apply_chat_template(turn, template_options(False))
+    except Exception:  # noqa: BLE001 - one that cannot render here (a server's tokenizer, a failing template): none
+        return False
 
 
 @dataclass

@@ -58,6 +58,7 @@ class BeamRequest:
     top_n: int = 20  # candidates per step in an opened hypothesis' steps
     openable: bool = True  # record each hypothesis' steps, to open it as a run (the command line does not)
     constraint: Constraint | None = None  # what every beam must match (each beam its own matcher)
+    think: bool = True  # False: the chat template is told not to think (the settings' `think`)
     id: int = field(default_factory=job_id)  # it makes no run: its events never route to one
 
     @property
@@ -67,7 +68,7 @@ class BeamRequest:
     def as_request(self) -> Request:
         """The prompt part as a generation request (what `build_prompt` reads), under this one's id: no run id taken."""
         return Request(model=self.model, prompt=self.prompt, messages=self.messages, prompt_ids=self.prompt_ids,
-                       id=self.id)
+                       settings=SamplerSettings(think=self.think), id=self.id)
 
 
 

@@ -1,10 +1,7 @@
 """A multiverse as a request on the model thread: `ExploreRequest` in, `Explored` per round and `ExploreDone` out (a
-`Failed` where it cannot run).
-
-`run_multiverse(model, request, cancel, prefix)` refuses a model without a local forward pass (a server samples
-by itself) in one line, prefills the prompt and the run's first tokens it looks ahead from (reusing the `Prefix`
-cache, which keeps that one-row cache for the next run), and grows the tree from it (`decoding.multiverse`). The
-request that forks a node's path into a run of the session is `session.branches.path_request`'s. No Qt.
+`Failed` where it cannot run: a server's model, in one line). `run_multiverse` prefills the prompt and the run's first
+tokens it looks ahead from (reusing the `Prefix` cache, which keeps that one-row cache for the next run) and grows the
+tree from it (`decoding.multiverse`). Forking a node is `session.branches.path_request`'s. No Qt.
 """
 
 from __future__ import annotations
@@ -49,7 +46,7 @@ class ExploreRequest:
     def as_request(self) -> Request:
         """The prompt part as a generation request (what `build_prompt` reads), under this one's id."""
         return Request(model=self.model, prompt=self.prompt, messages=self.messages, prompt_ids=self.prompt_ids,
-                       id=self.id)
+                       settings=self.settings, id=self.id)
 
 
 def run_multiverse(model: Model, request: ExploreRequest, cancel: threading.Event,

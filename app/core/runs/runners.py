@@ -62,6 +62,9 @@ def _speculative(ctx: ThreadContext, job: Job) -> Iterator[Event]:
     request: Request = job.request  # type: ignore[assignment]
     if steers(request.settings):  # (the draft and the target would have to be steered alike: not done)
         raise SettingsError("steering runs on plain decoding and samples, not on speculative decoding")
+    if request.settings.think_budget > 0:  # (the target's verify would have to force the closing marker mid-round)
+        raise SettingsError("a think budget runs on plain decoding and samples, not on speculative decoding: set "
+                            "it to 0 (off)")
     model = _alone(ctx, job)
     check_ids(request.settings.logit_bias, model.info.vocab_size)
     target = local(model)

@@ -1,6 +1,7 @@
 """A thinking model's budget, on the host: the think span followed token by token (`record.spans.SpanTracker`) and
 what the budget does about it. Hard: once the span holds `think_budget` think tokens, its closing marker is due and
-the decoder takes it as a forced step (`due`, then `taken`, recorded like a fork's). Soft: the closing marker's logit
+the decoder takes it as a forced step (`due`, then `taken`, recorded like a fork's); no thinking (`think` off) is a
+hard budget of 0: a span the model opens anyway is closed at once. Soft: the closing marker's logit
 is raised from `SOFT_START` of the budget on (`soft_raise`), handed to the stage `stages.apply_think_budget` as a (V,)
 vector (`bias_vector`), so the record's change is the raise. It does not draw, and holds no device array.
 """
@@ -40,6 +41,7 @@ class ThinkState:
     tracker: SpanTracker
     budget: int = 0  # 0: labels only
     soft: bool = False
+    off: bool = False  # no thinking: the span is closed as soon as it opens (a hard budget of 0)
     closing: list[int] = field(default_factory=list)  # the closing marker's tokens still to force (hard)
     asked: int | None = None  # the token `due` handed the decoder for the step in hand
     forced: bool = False  # the last token pushed was the budget's
@@ -53,7 +55,7 @@ class ThinkState:
         tracker.count = 0
         for token in generated:
             tracker.push(token)
-        return cls(tracker, s.think_budget, s.think_soft)
+        return cls(tracker, s.think_budget, s.think_soft, off=not s.think)
 
     @property
     def markers(self) -> Markers:
@@ -62,9 +64,10 @@ class ThinkState:
     def due(self) -> int | None:
         """The token a hard budget forces at the next step (the closing marker's next), else None."""
         t = self.tracker
-        if self.budget <= 0 or self.soft:
+        limit = 0 if self.off else self.budget if self.budget > 0 and not self.soft else None
+        if limit is None:
             return None
-        if not self.closing and t.thinking and t.count >= self.budget:
+        if not self.closing and t.thinking and t.count >= limit:
             self.closing = list(self.markers.close)
         self.asked = self.closing[0] if self.closing else None
         return self.asked

@@ -62,8 +62,9 @@ def decided_by_record(trace: RunTrace, i: int, settings: SamplerSettings) -> boo
     settings could keep is recorded. Conservative: the unrecorded tail's logits are only known to be at most
     the K-th recorded one, `tail`, and penalties (when they only lower logits) cannot lift them above it."""
     logits = np.asarray(trace.steps[i].sample.top_logits, dtype=np.float32)  # (K,) descending
-    if settings.think_budget > 0:
-        return False  # a think budget forces or raises its marker by the span's count, which a re-sample does not keep
+    if settings.think_budget > 0 or not settings.think:
+        return False  # a think budget (no thinking: one of 0) forces or raises its marker by the span's count, which
+        # a re-sample does not keep
     if len(logits) < RECORD_K:
         return True  # the whole vocabulary was recorded
     if settings.needs_whole_vocabulary():

@@ -307,7 +307,8 @@ class SamplerPanel(QWidget):
         return SamplerSettings(**values, seed=self.seed.value(), stop=self.stops(), order=self._chain[0],
                                chain=self._chain[1], logit_bias=self.bias.pairs(), dry_breakers=self._breakers(),
                                constraint=self.constraint.constraint(), think_soft=self.think.soft.isChecked(),
-                               think_markers=self.think.markers())
+                               think_markers=self.think.markers(),
+                               steering=self.state.settings.steering)  # (no editor here: kept as it came)
 
     def _breakers(self) -> tuple[str, ...]:
         """The DRY breakers box as a JSON list of strings (SettingsError when it is not one)."""

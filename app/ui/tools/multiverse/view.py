@@ -1,11 +1,7 @@
-"""Run ▸ Multiverse…: a dock that looks ahead from the prompt's end or from a run's step (the step pinned, or the one
-the step panel's menu names), grows the multiverse on the model thread (a `multiverse` job) and draws it as it grows.
-
-Budget, depth and children per node; which probability the blocks stand for (the model's own, or after your
-sampler: the window's settings, whose cuts stand hatched) and which the next Run ranks by; Run, Stop and a progress
-bar. The path under the pointer is written out; a click zooms into a node, the crumbs or right-click zoom out, and a
-double-click forks the node's path into a run of the session (`Branches.fork_path`). The tree is kept in the session.
-Every number shown is the recorded one.
+"""Run ▸ Multiverse…: a dock that looks ahead from the prompt's end or a run's step (the step pinned, or the step panel
+menu's), grows the multiverse on the model thread (a `multiverse` job) and draws it as it grows (`Icicle`): budget,
+depth, children, which probability the blocks stand for (and the next Run ranks by), Run, Stop, progress; hover says
+a path, click zooms, the crumbs zoom out, double-click forks (`Branches.fork_path`). The tree is kept in the session.
 """
 
 from __future__ import annotations
