@@ -37,7 +37,7 @@ class MlxSteering:
 
     def steer(self, steer: Steer | None) -> None:
         """The forwards that follow add `steer.adds[L]` (B or 1 rows) to layer L's output; None: nothing."""
-        layers = self.model.layers
+        layers = _layer_list(self.model)
         for i, layer in enumerate(layers):  # the layers as they were
             if isinstance(layer, SteeredLayer):
                 layers[i] = layer.inner
@@ -64,3 +64,11 @@ def _dtype(layer: Any) -> Any:
 
     leaves = tree_flatten(layer.parameters())
     return next((v.dtype for k, v in leaves if k.endswith("norm.weight")), mx.float32)
+
+
+def _layer_list(model: Any) -> list[Any]:
+    """The list the forward iterates, to be changed in place: mlx-lm's `Model.layers` is a property that returns a
+    fresh slice on some families (Qwen2's `pipeline_layers`), where the inner model's `layers` is the list itself."""
+    inner = getattr(model, "model", None)
+    held = getattr(inner, "layers", None) if inner is not None else None
+    return held if isinstance(held, list) else model.layers

@@ -243,3 +243,21 @@ def test_a_run_with_the_live_lens_records_what_the_full_lens_finds(tiny_path: Pa
         full = np.log(grid.top_probs[layer, where]) + grid.lse[layer]
         np.testing.assert_allclose(step.lens.logits[layer], full, atol=1e-3)
     assert grid.token_id == trace.token_ids[3] and grid.position == len(trace.prompt_ids) + 2
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen2", "gemma3"])
+def test_a_steering_vector_reaches_every_familys_layers_on_mlx(folders, name: str):
+    """mlx-lm's `Model.layers` is a fresh slice on some families (Qwen2): steering must change the list the forward
+    runs, so a vector at layer 1 moves the logits on each, and taking it off gives the plain forward back."""
+    from backends.base import Steer
+
+    model = load(folders, name, "mlx")
+    hidden = model.info.hidden_size
+    plain = np.array(model.forward([CONTEXT], model.new_cache()))
+    model.steer(Steer({1: np.full((1, hidden), 4.0, np.float32)}))
+    try:
+        steered = np.array(model.forward([CONTEXT], model.new_cache()))
+    finally:
+        model.steer(None)
+    assert np.abs(steered - plain).max() > 1e-2
+    np.testing.assert_array_equal(np.array(model.forward([CONTEXT], model.new_cache())), plain)
