@@ -10,6 +10,8 @@ else (turning it into one number, a numpy function not listed) raises rather tha
 
 from __future__ import annotations
 
+import ctypes
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -150,11 +152,34 @@ def _rows_of(x: Any, n: int) -> np.ndarray:
     return x.a if type(x) is Rows else np.broadcast_to(np.asarray(x), (n, *np.shape(x)))
 
 
+def keep_freed_memory() -> None:
+    """glibc (Linux) only, process-wide: serve allocations up to 32 MiB from the heap and keep up to 128 MiB of freed
+    heap rather than giving it back. A batched step's (R, S+1, V) temporaries are larger than glibc's starting mmap
+    threshold, and its heap top is trimmed after every step: each step then faults its pages in afresh (928 faults,
+    about a quarter of a 16-row step at a 4k vocabulary: `benchmarks/n_samples.py`)."""
+    global _kept
+    if _kept or sys.platform != "linux":
+        return
+    _kept = True
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(M_MMAP_THRESHOLD, 32 << 20)
+        libc.mallopt(M_TRIM_THRESHOLD, 128 << 20)
+    except (OSError, AttributeError):  # (another C library: its own policy stands)
+        pass
+
+
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
+_kept = False
+
+
 class NumpyRows(NumpyOps):
     """numpy, with a vmap (`Rows`): the torch backend's executor on a CPU, where the B rows of `--n` share one
     sampler step. A step of one row runs as on `NumpyOps` (each method's rows branch costs one type check)."""
 
     def vmap(self, fn: Callable[..., tuple[Any, ...]]) -> Callable[..., tuple[np.ndarray, ...]]:
+        keep_freed_memory()
+
         def mapped(*args: Any) -> tuple[np.ndarray, ...]:
             n = len(args[0])
             outs = fn(*(Rows(np.asarray(a)) for a in args))
@@ -181,7 +206,7 @@ class NumpyRows(NumpyOps):
         return Rows(np.cumsum(x.a, axis=-1, dtype=x.a.dtype)) if type(x) is Rows else super().cumsum(x)
 
     def count_cumsum(self, mask: Any) -> Any:
-        return Rows(np.cumsum(mask.a, axis=-1, dtype=np.int64)) if type(mask) is Rows else super().count_cumsum(mask)
+        return Rows(np.cumsum(mask.a, axis=-1, dtype=np.int32)) if type(mask) is Rows else super().count_cumsum(mask)
 
     def sort_desc(self, x: Any) -> Any:
         return Rows(-np.sort(-x.a, axis=-1)) if type(x) is Rows else super().sort_desc(x)

@@ -1,7 +1,8 @@
 """A call's answer, built from its job's events as they come (`Answer.take`): the chunks a stream sends for each
 event (chat.completion.chunk, text_completion, the Responses API's events) and the whole answer at the end. The
 `logitlab` extension field names the runs, the fields not applied, which log-probabilities these are and the seed.
-Log-probabilities come from each step's record (`logprobs`). No HTTP, no model.
+Log-probabilities come from each step's record (`logprobs`), one entry per step, markers included. A thinking model's
+chat answer has its think span in `reasoning_content` (`reasoning.Split`). No HTTP, no model.
 """
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from app.core.events import Event, Finished, Prefilled, Scored, Step
+from app.core.record.spans import find_markers
 from app.serve import logprobs as lp
 from app.serve.calls import Call
+from app.serve.reasoning import Split
 
 if TYPE_CHECKING:
     from app.core.record.record import StepTrace
@@ -26,6 +29,7 @@ class Choice:
     text: list[str] = field(default_factory=list)
     steps: list[StepTrace] = field(default_factory=list)
     finish: str | None = None
+    split: Split = field(default_factory=lambda: Split(None))  # chat: its think span and its answer apart
 
 
 class Answer:
@@ -33,7 +37,10 @@ class Answer:
         """`scored`: the prompt's own log-probabilities (echo)."""
         self.call, self.model, self.tok = call, model, tok
         self.score = scored.score if scored is not None else None
-        self.choices = [Choice(rid) for rid in call.request.run_ids] if call.generate else []
+        # a thinking model's chat: each choice's think span apart from its answer (None: all of it is content)
+        self.markers = find_markers(tok, call.request.settings.think_markers) \
+            if call.route == "chat" and call.reasoning else None
+        self.choices = [Choice(rid, split=Split(self.markers)) for rid in call.request.run_ids] if call.generate else []
         self.prompt_text = scored.prompt_text if scored is not None else ""
         self.prompt_tokens = len(scored.score.ids) if scored is not None else 0
         self.seed = call.request.settings.seed
@@ -65,11 +72,14 @@ class Answer:
             c.text.append(event.text)
             if event.trace is not None:
                 c.steps.append(event.trace)
-            return [self._delta(event.sequence, event.text, event.trace)]
+            return [self._delta(event.sequence, event.text, event.trace, event.token_id)]
         if isinstance(event, Finished):
             c = self.choices[event.sequence]
             c.finish = FINISH.get(event.reason, event.reason)
-            return [] if self.call.route == "responses" else [self._end(event.sequence)]
+            if self.call.route == "responses":
+                return []
+            held = c.split.flush() if self.call.route == "chat" else ("", "")
+            return [*([self._chat_delta(event.sequence, *held, None)] if any(held) else []), self._end(event.sequence)]
         return []
 
     def closing(self) -> list[dict[str, Any]]:
@@ -101,7 +111,7 @@ class Answer:
                                  for i in range(max(1, len(self.choices)))]}]
         return []
 
-    def _delta(self, i: int, text: str, step: StepTrace | None) -> dict[str, Any]:
+    def _delta(self, i: int, text: str, step: StepTrace | None, token: int) -> dict[str, Any]:
         if self.call.route == "responses":
             entry = [lp.chat_entry(step, self.tok, self.call.mode, self.call.top)] if self._lp(step) else []
             return {"type": "response.output_text.delta", "item_id": f"msg-{self.call.id}", "output_index": 0,
@@ -109,10 +119,18 @@ class Answer:
         if self.call.route == "chat":
             logprobs = {"content": [lp.chat_entry(step, self.tok, self.call.mode, self.call.top)]} \
                 if self._lp(step) else None
-            return {**self._base(), "choices": [{"index": i, "delta": {"content": text}, "finish_reason": None,
-                                                 "logprobs": logprobs}]}
+            reasoning, content = self.choices[i].split.take(token, text, step.span if step is not None else "")
+            return self._chat_delta(i, reasoning, content, logprobs)
         logprobs = lp.legacy([step], self.tok, self.call.mode, self.call.top) if self._lp(step) else None
         return {**self._base(), "choices": [{"index": i, "text": text, "finish_reason": None, "logprobs": logprobs}]}
+
+    def _chat_delta(self, i: int, reasoning: str, content: str, logprobs: dict | None) -> dict[str, Any]:
+        """A chat chunk: the think span's text in reasoning_content, the answer's in content (a marker: content "")."""
+        delta = {"reasoning_content": reasoning} if reasoning else {}
+        if content or not reasoning:
+            delta["content"] = content
+        return {**self._base(), "choices": [{"index": i, "delta": delta, "finish_reason": None,
+                                             "logprobs": logprobs}]}
 
     def _end(self, i: int) -> dict[str, Any]:
         finish = self.choices[i].finish
@@ -144,8 +162,11 @@ class Answer:
     def _chat_choice(self, i: int, c: Choice) -> dict[str, Any]:
         logprobs = {"content": [lp.chat_entry(s, self.tok, self.call.mode, self.call.top) for s in c.steps]} \
             if self.call.logprobs else None
-        return {"index": i, "message": {"role": "assistant", "content": "".join(c.text)},
-                "finish_reason": c.finish, "logprobs": logprobs}
+        message = {"role": "assistant", "content": "".join(c.text)}
+        if self.markers is not None:  # a thinking model's: its think span apart (None: it did not think)
+            message = {**message, "content": "".join(c.split.content),
+                       "reasoning_content": "".join(c.split.reasoning) or None}
+        return {"index": i, "message": message, "finish_reason": c.finish, "logprobs": logprobs}
 
     def _text_choice(self, i: int, c: Choice) -> dict[str, Any]:
         text = "".join(c.text)

@@ -27,10 +27,11 @@ MAX_N = 16
 MAX_TOP = 20  # top_logprobs (OpenAI's own limit)
 COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions; chat and responses: our settings' (256)
 CHAT_MAX_TOKENS = 256
+REASONING_FORMATS = ("auto", "deepseek", "none")  # llama.cpp's: the think span apart (auto, deepseek) or in content
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 COMMON = ("model", "stream", "stream_options", "n", "logitlab", "user")
 ROUTE_FIELDS = {
-    "chat": (*COMMON, "messages", "logprobs", "top_logprobs"),
+    "chat": (*COMMON, "messages", "logprobs", "top_logprobs", "reasoning_format"),
     "completions": (*COMMON, "prompt", "logprobs", "echo"),
     "responses": (*COMMON, "input", "instructions", "top_logprobs", "include"),
 }
@@ -50,6 +51,7 @@ class Call:
     id: str
     created: int
     generate: bool = True  # False: echo with max_tokens 0, the prompt's log-probabilities alone (no run)
+    reasoning: bool = True  # chat: a thinking model's think span apart, in reasoning_content (False: in content)
 
     @property
     def name(self) -> str:
@@ -106,7 +108,16 @@ def read_call(route: str, body: Mapping[str, Any], spec: ModelSpec, served: str,
     return Call(route, request, stream, top, logprobs, _mode(body), route == "completions" and _bool(body, "echo"),
                 stream and isinstance(options, dict) and options.get("include_usage") is True, tuple(ignored),
                 f"{'chatcmpl' if route == 'chat' else 'cmpl' if route == 'completions' else 'resp'}-"
-                f"{uuid.uuid4().hex[:24]}", int(time.time()), generate)
+                f"{uuid.uuid4().hex[:24]}", int(time.time()), generate, _reasoning(body))
+
+
+def _reasoning(body: Mapping[str, Any]) -> bool:
+    """llama.cpp's `reasoning_format`: the think span in reasoning_content unless it is "none"."""
+    value = body.get("reasoning_format")
+    if value is not None and value not in REASONING_FORMATS:
+        raise RequestError(f"reasoning_format must be one of {', '.join(REASONING_FORMATS)}, got {value!r}",
+                           "reasoning_format")
+    return value != "none"
 
 
 def _int(body: Mapping[str, Any], key: str, lo: int, hi: int, default: int) -> int:

@@ -2,7 +2,9 @@
 vLLM's, llama.cpp's, mlx_lm.server's) are the dialects' (`app.core.remote.server_request`) inverted, with the stage
 table's own names and engines' off values: no third table. Every value is checked against `FIELDS` (a `RequestError`,
 HTTP 400, names the field and its range); a field this server does not apply is returned in `ignored`, never dropped
-unseen. Unset fields take OpenAI's defaults (temperature 1, every other stage off). No HTTP, no model.
+unseen. Unset fields take OpenAI's defaults (temperature 1, every other stage off). Thinking off is asked for as
+vLLM and llama.cpp take it (`chat_template_kwargs: {"enable_thinking": false}`), as Qwen's API does (`enable_thinking`)
+or as llama.cpp's `reasoning_budget: 0`. No HTTP, no model.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ def _names() -> dict[str, str]:
 
 NAMES = _names()  # e.g. repeat_penalty -> repetition_penalty, samplers -> order, dry_sequence_breakers -> dry_breakers
 NAMES["thinking_budget"] = "think_budget"  # (Qwen's API's name for a reasoning budget; llama.cpp's: reasoning_budget)
+NAMES |= {"enable_thinking": "think", "think": "think", "chat_template_kwargs": "chat_template_kwargs"}
 # an engine's own "off" outside our range (vLLM's top_k -1, llama.cpp's top_n_sigma -1) -> our off (the default)
 OFF_VALUES = {row.fields[0]: set(row.off.values()) for row in ROWS if row.off} | {"think_budget": {-1}}
 # llama.cpp's `samplers` entries -> our stages (its names where they differ: typ_p); ours are taken as they are
@@ -78,7 +81,7 @@ def read_sampling(body: Mapping[str, Any], handled: Sequence[str], max_tokens: i
 
 def _read(theirs: str, ours: str, value: Any, values: dict[str, Any], ignored: list[str], vocab: int) -> None:
     if ours == "think_budget" and type(value) is int and value == 0 and theirs != "think_budget":
-        ignored.append(theirs)  # llama.cpp's 0, no thinking at all: ours has no such budget (0 is off)
+        values["think"] = False  # llama.cpp's 0: no thinking at all (ours: a budget of 0 is off; thinking off is this)
     elif ours in FIELD_BY_NAME:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value in OFF_VALUES.get(ours, ()):
             value = FIELD_BY_NAME[ours].default
@@ -93,16 +96,28 @@ def _read(theirs: str, ours: str, value: Any, values: dict[str, Any], ignored: l
         values["stop"] = _strings(theirs, [value] if isinstance(value, str) else value, MAX_STOPS)
     elif ours == "dry_breakers":
         values["dry_breakers"] = _strings(theirs, value, 64)
-    elif ours == "think_soft":
-        if not isinstance(value, bool):
-            raise RequestError(f"{theirs} must be true or false, got {value!r}", theirs)
-        values["think_soft"] = value
+    elif ours in ("think_soft", "think"):
+        values[ours] = _bool(theirs, value)
+    elif ours == "chat_template_kwargs":
+        if not isinstance(value, dict):
+            raise RequestError(f"{theirs} must be an object of the chat template's variables", theirs)
+        for key, v in value.items():
+            if key == "enable_thinking":
+                values["think"] = _bool(f"{theirs}.{key}", v)
+            else:  # (only the thinking switch is passed on to the template)
+                ignored.append(f"{theirs}.{key}")
     elif ours == "logit_bias":
         values["logit_bias"] = _bias(value, vocab)
     elif ours == "order":
         values["order"] = _strings(theirs, value, 64)
     elif ours == "dry_last_n" and value != -1:  # ours always looks back over the whole text (llama.cpp's -1)
         ignored.append(theirs)
+
+
+def _bool(field: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise RequestError(f"{field} must be true or false, got {value!r}", field)
+    return value
 
 
 def _strings(field: str, value: Any, most: int) -> tuple[str, ...]:

@@ -87,3 +87,29 @@ def test_the_recorded_accuracy_is_reproduced_with_and_without_thinking(thinking_
     # Greedy decoding of the same float32 weights on this CPU: the very figures the training script recorded
     assert (thinking.correct, direct.correct) == (recorded["thinking"], recorded["direct"])
     assert thinking.correct > direct.correct  # thinking pays on the same model
+
+
+def test_thinking_off_renders_the_empty_span_and_answers_directly_with_the_recorded_figure(thinking_model):
+    """The chat as the window, the CLI (--no-think) and the server send it, with the settings' `think` off: the
+    template is told enable_thinking=False, the run starts in the answer, and the answers are the direct ones the
+    training script recorded (the same figure on the 40-problem subset)."""
+    import threading
+
+    from app.core.decoding.accuracy import MAX_TOKENS
+    from app.core.decoding.generation import generate
+    from app.core.events import Message, Prefilled, Request, Step
+    from app.core.settings import SamplerSettings
+
+    backend, model = thinking_model
+    subset = held_out()[: RECORDED["test_subset"]["problems"]]
+    settings = SamplerSettings(temperature=0.0, max_tokens=MAX_TOKENS, seed=0, think=False)
+    right = 0
+    for p in subset:
+        request = Request(messages=(Message("user", p.question),), settings=settings)
+        events = list(generate(model, request, threading.Event()))
+        (prefilled,) = [e for e in events if isinstance(e, Prefilled)]
+        steps = [e for e in events if isinstance(e, Step)]
+        assert prefilled.prompt_text == prompt_text(p.question, thinking=False)  # ...<think>\n\n</think>\n\n
+        assert {s.trace.span for s in steps} == {"answer"} and not any(s.trace.forced for s in steps)
+        right += read_answer(model.tokenizer.decode([s.token_id for s in steps])) == p.answer
+    assert right == RECORDED["test_subset"]["correct"][backend]["direct"]
