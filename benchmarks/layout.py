@@ -38,13 +38,14 @@ def lean(path: Path, dtype: torch.dtype, input_major: bool) -> FastLlama:
     return FastLlama(hf, input_major=input_major)
 
 
-def steps_per_s(model: FastLlama, rows: int, steps: int) -> float:
+def steps_per_s(model: FastLlama, rows: int, steps: int) -> tuple[float, float]:
+    """Decode steps per wall second and per CPU second (the process's, every thread's)."""
     cache = model.new_cache()
     model.forward([PROMPT] * rows, cache)
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
     for i in range(steps):
         model.forward([[5 + i % 50]] * rows, cache)
-    return steps / (time.perf_counter() - t)
+    return steps / (time.perf_counter() - t), steps / (time.process_time() - cpu)
 
 
 def llama_cpp_steps(gguf: Path, threads: int, steps: int) -> Any:
@@ -53,13 +54,13 @@ def llama_cpp_steps(gguf: Path, threads: int, steps: int) -> Any:
 
     llm = Llama(str(gguf), n_ctx=512, n_threads=threads, n_threads_batch=threads, verbose=False)
 
-    def run() -> float:
+    def run() -> tuple[float, float]:
         llm.reset()
         llm.eval(PROMPT)
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         for i in range(steps):
             llm.eval([5 + i % 50])
-        return steps / (time.perf_counter() - t)
+        return steps / (time.perf_counter() - t), steps / (time.process_time() - cpu)
 
     return run
 
@@ -89,14 +90,15 @@ def main() -> None:
         peer = _llama_cpp(path, Path(tmp), threads, args.steps)
         if peer is not None:
             variants["llama.cpp F16"] = peer
-        rates: dict[Any, list[float]] = {k: [] for k in variants}
+        rates: dict[Any, list[tuple[float, float]]] = {k: [] for k in variants}
         for r in range(args.repeat + 1):  # round 0 warms up
             for k, fn in variants.items():
                 v = fn()
                 if r:
                     rates[k].append(v)
-        med = {k: statistics.median(v) for k, v in rates.items()}
-        _report(med, rows, params, threads, args)
+        for i, clock in enumerate(("wall", "CPU")):
+            _report({k: statistics.median(v[i] for v in vs) for k, vs in rates.items()}, rows, params, threads,
+                    args, clock)
 
 
 def _llama_cpp(path: Path, tmp: Path, threads: int, steps: int) -> Any:
@@ -110,10 +112,11 @@ def _llama_cpp(path: Path, tmp: Path, threads: int, steps: int) -> Any:
     return llama_cpp_steps(write_gguf(path, tmp / "f16.gguf", "F16"), threads, steps)
 
 
-def _report(med: dict[Any, float], rows: list[int], params: int, threads: int, args: argparse.Namespace) -> None:
+def _report(med: dict[Any, float], rows: list[int], params: int, threads: int, args: argparse.Namespace,
+            clock: str) -> None:
     name = "built-in model" if args.builtin else f"random Llama, hidden {args.hidden}, {args.layers} layers"
-    print(f"{name}: {params / 1e6:.1f}M parameters, {threads} thread(s), decode steps/s (x rows = tokens/s), "
-          f"medians of {args.repeat}")
+    print(f"\n{name}: {params / 1e6:.1f}M parameters, {threads} thread(s), decode steps per {clock} second "
+          f"(x rows = tokens/s), medians of {args.repeat}")
     print("| dtype | rows | input-major (old) | (out, in) (new) | new / old | rows cost vs 1 row (old, new) |")
     print("|---|---|---|---|---|---|")
     for dt in (torch.float32, torch.bfloat16):

@@ -31,22 +31,22 @@ PROMPT = "import os\nimport sys\n\ndef main():\n    "
 SETTINGS = SamplerSettings(temperature=0.8, top_p=0.95)
 
 
-def run(model: Any, n: int, tokens: int, seed: int) -> float:
-    """Seconds for one request of `n` samples (prefill included)."""
+def run(model: Any, n: int, tokens: int, seed: int) -> tuple[float, float]:
+    """Wall and CPU seconds for one request of `n` samples (prefill included)."""
     req = Request(prompt=PROMPT, settings=SETTINGS.with_(max_tokens=tokens, seed=seed), ignore_eos=True, n=n)
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
     fins = [e for e in generate(model, req, threading.Event()) if isinstance(e, Finished)]
-    seconds = time.perf_counter() - t
+    seconds = time.perf_counter() - t, time.process_time() - cpu
     assert len(fins) == n and all(f.metrics.generated_tokens == tokens for f in fins), "a sample ended early"
     return seconds
 
 
-def batched(model: Any, n: int, tokens: int, seed: int) -> float:
+def batched(model: Any, n: int, tokens: int, seed: int) -> tuple[float, float]:
     model.ops = NUMPY_ROWS
     return run(model, n, tokens, seed)
 
 
-def per_row_sampler(model: Any, n: int, tokens: int, seed: int) -> float:
+def per_row_sampler(model: Any, n: int, tokens: int, seed: int) -> tuple[float, float]:
     """The baseline before the batched numpy step: the same batch, each row's sampler step run alone."""
     model.ops = NUMPY
     try:
@@ -55,9 +55,10 @@ def per_row_sampler(model: Any, n: int, tokens: int, seed: int) -> float:
         model.ops = NUMPY_ROWS
 
 
-def one_at_a_time(model: Any, n: int, tokens: int, seed: int) -> float:
+def one_at_a_time(model: Any, n: int, tokens: int, seed: int) -> tuple[float, float]:
     model.ops = NUMPY_ROWS
-    return sum(run(model, 1, tokens, seed + i) for i in range(n))
+    runs = [run(model, 1, tokens, seed + i) for i in range(n)]
+    return sum(w for w, _ in runs), sum(c for _, c in runs)
 
 
 VARIANTS = {"batch, batched sampler": batched, "batch, per-row sampler": per_row_sampler,
@@ -71,22 +72,24 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
     model = get_backend("torch", BUILTIN_PATH).load(BUILTIN_PATH, LoadOptions(device="cpu", dtype="float32"))
-    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in VARIANTS}
     for r in range(args.repeat + 1):  # round 0 warms up
         for name, fn in VARIANTS.items():
             s = fn(model, args.n, args.tokens, r)
             if r:
                 times[name].append(s)
     total = args.n * args.tokens
-    rate = {name: total / statistics.median(ts) for name, ts in times.items()}
     print(f"built-in model, torch CPU, {args.n} samples x {args.tokens} tokens, T 0.8 top-p 0.95, trace on, "
-          f"medians of {args.repeat}")
-    for name, tps in rate.items():
-        print(f"  {name:24s} {tps:8.1f} tok/s")
-    print(f"batched sampler: {rate['batch, batched sampler'] / rate['one at a time']:.2f}x one at a time, "
-          f"{rate['batch, batched sampler'] / rate['batch, per-row sampler']:.2f}x the per-row sampler; "
-          f"per-row sampler: {rate['batch, per-row sampler'] / rate['one at a time']:.2f}x one at a time")
-
+          f"medians of {args.repeat}; wall tokens/s, and tokens per CPU second (the process's, every thread's: on "
+          "a machine others load, wall time moves with them)")
+    for i, clock in enumerate(("wall", "CPU")):
+        rate = {name: total / statistics.median(t[i] for t in ts) for name, ts in times.items()}
+        for name, tps in rate.items():
+            print(f"  {clock:4s} {name:24s} {tps:8.1f} tok/s")
+        one, old = rate["one at a time"], rate["batch, per-row sampler"]
+        new = rate["batch, batched sampler"]
+        print(f"  {clock}: batched sampler {new / one:.2f}x one at a time, {new / old:.2f}x the per-row sampler; "
+              f"per-row sampler {old / one:.2f}x one at a time")
 
 if __name__ == "__main__":
     main()

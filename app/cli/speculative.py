@@ -27,7 +27,8 @@ def add_draft_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-model", "--draft", type=nonempty, metavar="MODEL", help="speculative decoding: this "
                    f"model (with the same tokenizer) proposes tokens, --model verifies them; '{BUILTIN_DRAFT_NAME}': "
                    "the one shipped for the built-in model")
-    add_count(p, "--num-draft", 0, K_MAX, 4, "draft tokens per round (0: adaptive)")
+    add_count(p, "--num-draft", 0, K_MAX, 0, "draft tokens per round (0: adaptive, from the measured acceptance "
+              "and costs; drafting pauses where it does not pay)")
     p.add_argument("--draft-k", dest="num_draft", type=int, help=argparse.SUPPRESS)
     p.add_argument("--compare-plain", action="store_true", help="speculative: then time plain decoding of as many "
                    "tokens with --model alone, and print the speed ratio")
@@ -105,6 +106,10 @@ def _summarize(ev: Finished, summary: SpecSummary | None, args: argparse.Namespa
              f"{line['tokens_per_s']:.1f} tok/s" if line.get("tokens_per_s") else ""]
     if line.get("speedup"):
         parts.append(f"plain decoding {line['plain_tokens_per_s']:.1f} tok/s: x{line['speedup']:.2f}")
+    if line.get("plain_rounds"):
+        parts.append(f"{line['plain_rounds']} of {line['rounds']} rounds plain steps")
+    if line.get("note"):
+        parts.append(line["note"])
     print("speculative: " + " | ".join(p for p in parts if p), file=sys.stderr)
 
 
@@ -114,4 +119,5 @@ def summary_dict(s: SpecSummary) -> dict[str, Any]:
             "target_forwards": st.target_forwards, "draft_forwards": st.draft_forwards,
             "acceptance_rate": st.acceptance_rate, "tokens_per_target_forward": st.tokens_per_target_forward,
             "num_draft": s.k, "decode_s": s.decode_s, "tokens_per_s": s.tokens_per_s,
-            "plain_tokens_per_s": s.plain_tokens_per_s, "speedup": s.speedup}
+            "plain_tokens_per_s": s.plain_tokens_per_s, "speedup": s.speedup, "plain_rounds": st.plain_rounds,
+            "note": st.note}

@@ -18,7 +18,8 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from app.core.decoding.generation import generate
-from app.core.decoding.speculative import K_START, Speculation, final_probs, prefill, speculate
+from app.core.decoding.speculative.pace import K_START
+from app.core.decoding.speculative.rounds import Speculation, final_probs, prefill, speculate
 from app.core.events import Drafted, Failed, Finished, Request, Speculated, Step
 from app.core.models.sources import BUILTIN_NAME, BUILTIN_PATH, ModelSpec
 from app.core.runs.model_thread import ModelThread

@@ -17,7 +17,7 @@ from app.core.decoding.generation import Prefix, generate
 from app.core.decoding.probes import ProbeError, ProbeRequest, ProbesDone, run_probes
 from app.core.events import Finished, Message, Request
 from app.core.models.sources import ModelSpec
-from app.core.record.spans import find_markers
+from app.core.record.spans import find_markers, has_think_switch, template_options
 from app.core.remote.remote_run import load_remote
 from app.core.sampler.think_budget import soft_raise
 from app.core.settings import SamplerSettings
@@ -72,6 +72,22 @@ def _run(model, ids: tuple[int, ...], s: SamplerSettings, prefix: Prefix | None 
 
 
 @pytest.mark.parametrize("family", list(OPENERS))
+def test_a_template_with_the_switch_is_told_thinking_is_off_alike_by_both_tokenizers(folders, family):
+    from backends.hf.lean import lean_tokenizer
+    from backends.hf.tokenizer import load_tokenizer
+
+    hf, lean = load_tokenizer(folders[family], LoadOptions()), lean_tokenizer(folders[family], LoadOptions())
+    assert lean is not None
+    chat = [{"role": "user", "content": "47+38"}]
+    off = hf.apply_chat_template(chat, template_options(False))
+    for tok in (hf, lean):
+        assert has_think_switch(tok) == (family == "qwen3")  # (gpt-oss's template has no enable_thinking)
+        assert tok.apply_chat_template(chat, template_options(False)) == off
+        assert tok.apply_chat_template(chat, template_options(True)) == tok.apply_chat_template(chat)
+    assert off.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n") == (family == "qwen3")
+
+
+@pytest.mark.parametrize("family", list(OPENERS))
 def test_markers_are_read_from_the_tokenizer_and_its_template(models, family):
     tok = _model(models, "torch" if installed("torch") else "mlx", family).tokenizer
     m = find_markers(tok)
@@ -106,6 +122,18 @@ def test_the_hard_budget_closes_the_span_at_exactly_n_and_mlx_draws_what_torch_d
         assert traces["torch"].token_ids == traces["mlx"].token_ids
         for a, b in zip(traces["torch"].steps, traces["mlx"].steps, strict=True):
             np.testing.assert_allclose(a.sample.probs, b.sample.probs, atol=2e-4)
+
+
+@pytest.mark.parametrize("family", list(OPENERS))
+def test_with_thinking_off_a_span_the_prompt_opened_is_closed_at_the_first_step(models, family):
+    model = _model(models, "torch" if installed("torch") else "mlx", family)
+    close = find_markers(model.tokenizer).close
+    s = SamplerSettings(temperature=1.0, seed=7, max_tokens=len(close) + 3, think=False,
+                        logit_bias=((close[0], -100.0),))  # (the model would never close it itself)
+    trace = _run(model, _thinking_prompt(model, family), s)
+    assert trace.token_ids[: len(close)] == list(close)
+    assert [st.forced for st in trace.steps] == ["budget"] * len(close) + [""] * 3
+    assert {st.span for st in trace.steps[len(close):]} == {"answer"}
 
 
 def test_the_soft_budget_records_its_raise_step_by_step_and_never_forces(models):

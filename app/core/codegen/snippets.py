@@ -88,8 +88,9 @@ def _prompt_lines(req: CodeRequest, var: str, encode: str) -> list[str]:
     rendered through the model's template and encoded as it is."""
     if req.messages is None:
         return [f"prompt = {req.prompt!r}", f"{var} = {encode.format('prompt', '')}"]
+    off = "" if req.settings.think else ", enable_thinking=False"  # (thinking off: the template's switch)
     return [f"messages = {_messages(req)!r}",
-            "text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)",
+            f"text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False{off})",
             f"{var} = {encode.format('text', ', add_special_tokens=False')}"]
 
 

@@ -36,6 +36,12 @@ class SpecRound:
     p_drawn: float  # its probability in what it was drawn from: the normalized residual, or the target's
     residual: bool  # True: drawn from max(0, p_target - p_draft) after a rejection; False: a bonus token
     kept: int  # tokens this round added to the run (the kept drafts and the drawn one, cut at EOS / the limit)
+    note: str = ""  # an adaptive run's pace, where it drafted nothing: why ("drafting paused: acceptance 20% …")
+
+    @property
+    def plain(self) -> bool:
+        """A round without drafts: a plain step of the target (an adaptive run measuring it, or paused)."""
+        return not self.drafts
 
     @property
     def accepted(self) -> int:
@@ -63,6 +69,8 @@ class SpecStats:
     tokens: int = 0  # tokens added to the run
     target_forwards: int = 0
     draft_forwards: int = 0
+    plain_rounds: int = 0  # rounds without drafts (an adaptive run's plain steps)
+    note: str = ""  # the last round's `note`: why drafting is paused ("" while it drafts)
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -75,7 +83,8 @@ class SpecStats:
 
     def add(self, r: SpecRound, draft_forwards: int) -> SpecStats:
         return SpecStats(self.rounds + 1, self.drafted + len(r.drafts), self.accepted + r.accepted,
-                         self.tokens + r.kept, self.target_forwards + 1, self.draft_forwards + draft_forwards)
+                         self.tokens + r.kept, self.target_forwards + 1, self.draft_forwards + draft_forwards,
+                         self.plain_rounds + r.plain, r.note)
 
 
 @dataclass(frozen=True)
@@ -85,7 +94,7 @@ class SpecSummary:
 
     stats: SpecStats
     k: int  # the draft length asked for (0: adaptive)
-    decode_s: float  # after the prefill, to the last token
+    decode_s: float  # the run's own seconds after the prefill (not the time its events waited for a reader)
     plain_tokens: int | None = None
     plain_decode_s: float | None = None
 

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.core.record.spans import NO_THINKING
 from app.core.remote.server_constraint import ServerConstraintError, constraint_fields
 from app.core.settings import SamplerSettings
 from app.core.stage_table import ROWS, STAGE, engine_stages
@@ -58,8 +59,9 @@ MORE_SERVER_NOTES = {  # the same, for the settings folded under "More samplers"
                       "whose text holds one)",
     "mirostat_tau": "sent to llama.cpp only (mirostat 2), which then runs temperature and mirostat alone, its other "
                     "filters off",
-    "think_budget": "sent to llama.cpp only, as reasoning_budget (off: -1, its unlimited); a soft budget is not "
-                    "sent (llama.cpp's budget is hard)",
+    "think_budget": "sent to llama.cpp only, as reasoning_budget (off: -1, its unlimited; thinking off: 0); a soft "
+                    "budget is not sent (llama.cpp's budget is hard). Thinking off is sent to vLLM and llama.cpp's "
+                    "chat as chat_template_kwargs {enable_thinking: false}",
 }
 
 
@@ -73,6 +75,7 @@ class Dialect:
     interrupts_streams: bool = False  # a new request ends a running stream: samples run one after another
     known: bool = True  # False: a server we do not recognise (extensions sent only when they are on)
     constraint: str = "openai"  # how it takes a constraint (a style of `server_constraint`; "none": it takes none)
+    template_kwargs: bool = False  # its chat route takes chat_template_kwargs (thinking off: enable_thinking false)
 
 
 def _llama_cpp_fields() -> dict[str, str]:
@@ -82,8 +85,8 @@ def _llama_cpp_fields() -> dict[str, str]:
 
 OPENAI = Dialect("OpenAI-compatible", STANDARD, known=False)
 DIALECTS = {
-    "vllm": Dialect("vLLM", {**STANDARD, **EXTENSIONS}, "vllm", constraint="vllm"),
-    "llama.cpp": Dialect("llama.cpp", _llama_cpp_fields(), "llama.cpp", constraint="llama.cpp"),
+    "vllm": Dialect("vLLM", {**STANDARD, **EXTENSIONS}, "vllm", constraint="vllm", template_kwargs=True),
+    "llama.cpp": Dialect("llama.cpp", _llama_cpp_fields(), "llama.cpp", constraint="llama.cpp", template_kwargs=True),
     # llama-cpp-python's server, as it ships, ends a running stream when any other request arrives
     "llama-cpp-python": Dialect("llama-cpp-python", {**STANDARD, **EXTENSIONS, "repetition_penalty": "repeat_penalty"},
                                 "llama.cpp", interrupts_streams=True, constraint="llama-cpp-python"),
@@ -117,7 +120,7 @@ def neutral_values(s: SamplerSettings, dialect: Dialect) -> dict[str, Any]:
     values |= {row.fields[0]: row.off[dialect.engine] for row in ROWS
                if dialect.engine in row.off and not row.is_on(s)}
     return {**values, "order": llama_cpp_samplers(s), "mirostat": 2 if s.mirostat_tau > 0 else 0, "dry_last_n": -1,
-            "think_budget": s.think_budget if s.think_budget > 0 and not s.think_soft else -1}
+            "think_budget": 0 if not s.think else s.think_budget if s.think_budget > 0 and not s.think_soft else -1}
 
 
 def _json(value: Any) -> Any:
@@ -151,6 +154,8 @@ def request_fields(settings: SamplerSettings, seed: int, max_tokens: int | None 
         params["logit_bias"] = logit_bias(settings)
     if settings.stop:
         params["stop"] = list(settings.stop)
+    if chat and not settings.think and dialect.template_kwargs:
+        params["chat_template_kwargs"] = dict(NO_THINKING)
     return {**params, **constraint_fields(settings.constraint, dialect.constraint, dialect.name, chat)}
 
 

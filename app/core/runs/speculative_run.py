@@ -17,12 +17,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from app.core.decoding.generation import build_prompt
-from app.core.decoding.loop import Row, decode
-from app.core.decoding.speculative import (
+from app.core.decoding.generation import build_prompt, generate
+from app.core.decoding.speculative.pace import Pace
+from app.core.decoding.speculative.rounds import (
     ADAPTIVE,
-    K_MAX,
-    K_START,
     Speculation,
     Turn,
     check_pair,
@@ -33,10 +31,9 @@ from app.core.decoding.speculative import (
 from app.core.decoding.stops import StopHold
 from app.core.events import Drafted, Event, Finished, FinishReason, Prefilled, Request, Speculated, Step
 from app.core.metrics import Clock
-from app.core.record.spec_record import SpecStats, SpecSummary
+from app.core.record.spec_record import K_MAX, SpecStats, SpecSummary
 from app.core.record.trace import RunTrace, StepTrace
 from app.core.sampler.constraint import matcher_for
-from app.core.sampler.pipeline import History
 from app.core.settings import MAX_SEED, SettingsError
 from backends.base import LoadedModel, StreamDecoder, Tokenizer
 
@@ -85,17 +82,21 @@ def run_speculative(target: LoadedModel, draft: LoadedModel, request: Request,
     c = request.settings.constraint
     grammar = None if c is None else matcher_for(c, target.tokenizer, target.info.vocab_size, len(ids))
     spec = Speculation(*lanes, request.settings, np.random.default_rng(seed), list(ids), len(ids),
-                       k=request.draft_k or K_START, adaptive=request.draft_k == ADAPTIVE, grammar=grammar)
+                       k=request.draft_k, pace=Pace() if request.draft_k == ADAPTIVE else None, grammar=grammar)
     steps = _steps_allowed(request.settings.max_tokens, len(ids), target.info.context_length)
     eos = frozenset() if request.ignore_eos else target.tokenizer.eos_ids
-    stats = SpecStats()
-    for turn in speculate(spec, steps=steps, eos=eos, top_n=request.top_n, record=request.record, cancel=cancel):
-        stats = stats.add(turn.round, turn.draft_forwards)
-        yield Drafted(request.id, turn.round, stats, request.id)
-        yield from _take(run, turn, eos, target.cache_bytes(spec.target.cache))
-        if run.reason is not None:
+    stats, busy = SpecStats(), 0.0  # busy: the run's own seconds after the prefill (not its readers')
+    turns = speculate(spec, steps=steps, eos=eos, top_n=request.top_n, record=request.record, cancel=cancel)
+    while run.reason is None:
+        t = time.perf_counter()
+        if (turn := next(turns, None)) is None:
             break
-    yield from _finish(target, run, spec, stats, steps, cancel)
+        stats = stats.add(turn.round, turn.draft_forwards)
+        events = [Drafted(request.id, turn.round, stats, request.id),
+                  *_take(run, turn, eos, target.cache_bytes(spec.target.cache))]
+        busy += time.perf_counter() - t
+        yield from events
+    yield from _finish(target, run, spec, stats, steps, busy, cancel)
 
 
 def _take(run: _Text, turn: Turn, eos: frozenset[int], kv: int) -> Iterator[Step]:
@@ -122,12 +123,10 @@ def _steps(run: _Text, released: list, kv: int) -> Iterator[Step]:
         yield Step(rid, step, token, piece, trace, kv, rid)
 
 
-def _finish(target: LoadedModel, run: _Text, spec: Speculation, stats: SpecStats, steps: int,
+def _finish(target: LoadedModel, run: _Text, spec: Speculation, stats: SpecStats, steps: int, decode_s: float,
             cancel: threading.Event) -> Iterator[Event]:
     kv = target.cache_bytes(spec.target.cache)
     yield from _steps(run, run.hold.finish(run.decoder.flush()), kv)
-    first = run.clock.prefilled_at or run.clock.start
-    decode_s = (run.clock.token_times[-1] - first) if run.clock.token_times else 0.0
     summary = SpecSummary(stats, run.request.draft_k, decode_s)
     if run.request.compare_plain and stats.tokens and not cancel.is_set():
         n, seconds = time_plain(target, spec.ids[: spec.prompt_len], run.request, run.trace.seed, stats.tokens, cancel)
@@ -145,20 +144,18 @@ def _finish(target: LoadedModel, run: _Text, spec: Speculation, stats: SpecStats
 
 def time_plain(target: LoadedModel, ids: list[int], request: Request, seed: int, tokens: int,
                cancel: threading.Event | None = None) -> tuple[int, float]:
-    """Plain decoding of `tokens` tokens by the target alone (same prompt, settings and seed, EOS ignored): the
-    tokens drawn and the seconds from the end of the prefill to the last one."""
-    cache = target.new_cache()
-    logits = target.forward([ids], cache)
-    target.ops.sync([logits])
-    t0, n = time.perf_counter(), 0
-    row, c = Row(np.random.default_rng(seed)), request.settings.constraint
-    if c is not None:  # (constrained as the speculative run was)
-        row.history = History.start(target.ops, target.info.vocab_size, ids)
-        row.history.grammar = matcher_for(c, target.tokenizer, target.info.vocab_size, len(ids))
-    for _ in decode(target, logits, cache, request.settings, [row], steps=tokens,
-                    top_n=request.top_n, record=request.record, cancel=cancel):
-        n += 1
-    return n, time.perf_counter() - t0
+    """Plain decoding of `tokens` tokens by the target alone (same prompt, settings and seed, EOS ignored) on a plain
+    run's own path (`generate`: the token loop, then each token's text, step record and event, as the speculative
+    run's rounds pay theirs): the tokens drawn and the seconds after its prefill. Its events are read here, at once;
+    the speculative run's time leaves out the time its events wait for their reader alike."""
+    plain = Request(prompt_ids=tuple(ids), settings=request.settings.with_(max_tokens=tokens, seed=seed),
+                    top_n=request.top_n, record=request.record, ignore_eos=True)
+    n, t0, done = 0, None, cancel or threading.Event()
+    for ev in generate(target, plain, done):
+        if isinstance(ev, Prefilled):
+            t0 = time.perf_counter()
+        n += isinstance(ev, Step)
+    return n, 0.0 if t0 is None else time.perf_counter() - t0
 
 
 def _steps_allowed(max_tokens: int, prompt_len: int, context_length: int) -> int:

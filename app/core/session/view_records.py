@@ -1,9 +1,10 @@
 """What the session's views showed, as the core recorded it, so that a reopened session draws it again: the beam
 search (each step's cut, the hypotheses, each one's steps as a run), the speculative run's rounds and totals, the
-sweep's grid with each cell's statistics, the Sample ×N list's, the multiverse's tree. Plain records that name runs
-by id (`Views.renumbered`: as a reopened session numbers them), and their JSON, the session file's `views` object
-(`views_json`, `read_views`; a view that showed nothing has no key). No Qt, no models: nothing is recomputed; what
-the records hold (numpy's, through the traces) is imported when read, not before the window's first paint.
+sweep's grid with each cell's statistics, the Sample ×N list's, the multiverse's tree, the think probes. Plain records
+that name runs by id (`Views.renumbered`: as a reopened session numbers them), and their JSON, the session file's
+`views` object (`views_json`, `read_views`; a view that showed nothing has no key, as an older file has none for the
+probes). No Qt, no models: nothing is recomputed; what the records hold (numpy's, through the traces) is imported when
+read, not before the window's first paint.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from app.core.session.run_group import model_json, read_model
 if TYPE_CHECKING:
     from app.core.compare.statistics import Axis, Cell, Comparison
     from app.core.decoding.beam import BeamFinished, BeamSettings, BeamStarted, BeamStep
+    from app.core.decoding.probes import ThinkProbe
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,35 @@ class MultiverseRecord:
     multiverse: Multiverse
 
 
+@dataclass(frozen=True, eq=False)
+class ProbesRecord:
+    """The think probes the dock drew: the run probed (0: not in the session), the dock's every-K and answers box
+    as they were, and the probes in step order. Equal to another of the same JSON (its probes hold arrays)."""
+
+    run_id: int
+    every: int
+    answers: str
+    probes: tuple[ThinkProbe, ...]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ProbesRecord) and _probes_json(self) == _probes_json(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass(frozen=True)
+class SavedProbe:
+    """A `ThinkProbe` as plain data (its arrays as lists), for the session file."""
+
+    step: int
+    think_tokens: int
+    top_ids: tuple[int, ...]
+    top_logprobs: tuple[float, ...]
+    close_logprob: float
+    answers: tuple[str, ...]
+    answer_logprobs: tuple[float, ...]
+
+
 @dataclass(frozen=True)
 class Views:
     """Each view's record (None: it showed nothing to keep)."""
@@ -95,13 +126,15 @@ class Views:
     sweep: SweepRecord | None = None
     samples: SamplesRecord | None = None
     multiverse: MultiverseRecord | None = None
+    probes: ProbesRecord | None = None
 
     def renumbered(self, new_ids: Mapping[int, int]) -> Views:
         """The records with their runs' ids as `new_ids` maps them: a run it does not map is left out (0 where a
         single one is named)."""
-        spec, sweep, samples = self.speculative, self.sweep, self.samples
+        spec, sweep, samples, probes = self.speculative, self.sweep, self.samples, self.probes
         return replace(
             self, multiverse=self.multiverse and _multiverse(self.multiverse, new_ids),
+            probes=probes and replace(probes, run_id=new_ids.get(probes.run_id, 0)),
             speculative=spec and replace(spec, run_id=new_ids.get(spec.run_id, 0)),
             sweep=sweep and replace(sweep, cells=tuple(_cell(c, new_ids) for c in sweep.cells)),
             samples=samples and replace(samples, run_ids=_ids(samples.run_ids, new_ids),
@@ -140,7 +173,40 @@ def views_json(views: Views) -> dict[str, Any]:
     for key in ("speculative", "sweep", "samples"):
         if (record := getattr(views, key)) is not None:
             out[key] = to_json(record)
+    if views.probes is not None:
+        out["probes"] = _probes_json(views.probes)
     return out
+
+
+def _probes_json(r: ProbesRecord) -> dict[str, Any]:
+    return {"run_id": r.run_id, "every": r.every, "answers": r.answers,
+            "probes": [to_json(_saved(p)) for p in r.probes]}
+
+
+def _saved(p: ThinkProbe) -> SavedProbe:
+    return SavedProbe(p.step, p.think_tokens, tuple(int(i) for i in p.top_ids), tuple(float(x) for x in p.top_logprobs),
+                      float(p.close_logprob), tuple(p.answers), tuple(float(x) for x in p.answer_logprobs))
+
+
+def _read_probes(value: Any) -> ProbesRecord:
+    obj, where = _object(value, "views.probes"), "views.probes"
+    saved = _read(obj, "probes", tuple[SavedProbe, ...], where)
+    return ProbesRecord(_read(obj, "run_id", int, where), _read(obj, "every", int, where),
+                        _read(obj, "answers", str, where),
+                        tuple(_probe(p, f"{where}.probes[{i}]") for i, p in enumerate(saved)))
+
+
+def _probe(p: SavedProbe, where: str) -> ThinkProbe:
+    import numpy as np  # (see the docstring)
+
+    from app.core.decoding.probes import ThinkProbe
+
+    if len(p.top_ids) != len(p.top_logprobs) or len(p.answers) != len(p.answer_logprobs):
+        raise ValueError(f"{where}: {len(p.top_ids)} top ids for {len(p.top_logprobs)} log-probabilities, "
+                         f"{len(p.answers)} answers for {len(p.answer_logprobs)}")
+    return ThinkProbe(p.step, p.think_tokens, np.array(p.top_ids, dtype=np.int64),
+                      np.array(p.top_logprobs, dtype=np.float32), p.close_logprob, p.answers,
+                      np.array(p.answer_logprobs, dtype=np.float32))
 
 
 def read_views(obj: Any) -> Views:
@@ -222,7 +288,7 @@ def _read_multiverse(value: Any) -> MultiverseRecord:
 
 
 READERS = {"beam": _read_beam, "speculative": _read_spec, "sweep": _read_sweep, "samples": _read_samples,
-           "multiverse": _read_multiverse}
+           "multiverse": _read_multiverse, "probes": _read_probes}
 
 
 def _read(obj: dict[str, Any], key: str, tp: Any, where: str) -> Any:

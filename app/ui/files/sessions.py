@@ -217,12 +217,12 @@ def state(pg: Playground) -> tuple:
 
 def open_views(tools: dict[str, Any], session: Session) -> None:
     """Open the Run-menu views (`tools`, by name) that a saved session's records are for, which draw them: its
-    side-by-side columns, a beam search, a speculative run, a sweep, a Sample ×N list."""
+    side-by-side columns, a beam search, a speculative run, a sweep, a Sample ×N list, a run's think probes."""
     side = tools.get("side")
     if side is not None and any(g.kind == SIDE_BY_SIDE for g in session.groups):
         side.open()
     views = session.views
     for name, record in (("beam", views.beam), ("speculative", views.speculative), ("sweep", views.sweep),
-                         ("samples", views.samples)):
+                         ("samples", views.samples), ("think", views.probes)):
         if record is not None and name in tools:
             tools[name].open()

@@ -1,11 +1,15 @@
 """The chat editor: a system prompt and user / assistant turns, read as `Message`s (empty ones left out) and set
-from them. A turn given a text keeps it byte for byte until it is edited.
+from them. A turn given a text keeps it byte for byte until it is edited. Its Think box (shown only for a template
+with a thinking switch, Qwen3's enable_thinking) is the settings' `think`: the prompt editor binds it.
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QHBoxLayout,
     QLabel,
@@ -19,7 +23,14 @@ from PySide6.QtWidgets import (
 
 from app.core.events import Message
 
+if TYPE_CHECKING:
+    from app.core.settings import SamplerSettings
+    from app.ui.viewmodel.editing_state import EditingState
+
 ROLES = ("user", "assistant")
+THINK_TIP = ("The model thinks before it answers (its chat template's enable_thinking). Off: the template writes an "
+             "empty think span and the model answers at once; a span it opens anyway is closed at once. A model on "
+             "a server: sent to vLLM and llama.cpp as chat_template_kwargs (llama.cpp: reasoning_budget 0 too)")
 
 
 class Turn(QWidget):
@@ -72,13 +83,43 @@ class ChatEditor(QWidget):
         add = QPushButton("+ Message", toolTip="Add a user or assistant message")
         add.clicked.connect(lambda: self.add_turn("user" if not self.turns or
                                                   self.turns[-1].role.currentText() == "assistant" else "assistant"))
+        self.think = QCheckBox("Think", checked=True, toolTip=THINK_TIP, visible=False)
+        self.think.setObjectName("think")
+        foot = QHBoxLayout()
+        foot.addWidget(add)
+        foot.addStretch(1)
+        foot.addWidget(self.think)
         box = QVBoxLayout(self)
         box.setContentsMargins(0, 0, 0, 0)
         box.addWidget(QLabel("System"))
         box.addWidget(self.system)
         box.addWidget(scroll, 1)
-        box.addWidget(add, alignment=Qt.AlignmentFlag.AlignLeft)
+        box.addLayout(foot)
         self.add_turn("user")
+
+    def bind_think(self, state: EditingState, switch: bool) -> None:
+        """The Think box writes and shows `state`'s settings' `think`; shown only where `switch` (the template has
+        one)."""
+        self._state = state
+        self.set_think(state.settings.think, switch)
+        self.think.toggled.connect(self._think_toggled)
+        state.settings_changed.connect(self._settings_changed)
+
+    def _think_toggled(self, on: bool) -> None:
+        self._state.set_settings(self._state.settings.with_(think=on))
+
+    def _settings_changed(self, settings: SamplerSettings) -> None:
+        if settings.think != self.think.isChecked():
+            self.set_think(settings.think)
+
+    def set_think(self, on: bool, switch: bool | None = None) -> None:
+        """Check the Think box as `on` (no `toggled` sent); `switch`: whether the model's template has the switch
+        (the box is shown only then; None: as it was)."""
+        self.think.blockSignals(True)
+        self.think.setChecked(on)
+        self.think.blockSignals(False)
+        if switch is not None:
+            self.think.setVisible(switch)
 
     def add_turn(self, role: str, text: str = "") -> Turn:
         turn = Turn(role, text)

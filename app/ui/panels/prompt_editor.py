@@ -7,7 +7,8 @@ debounced so typing stays smooth, and the prompt is rendered (chat template, the
 a template that loops or crawls never hangs the window, and after `RENDER_NOTE_MS` the count says so. The surprisal
 is its `scoring`'s (app/ui/panels/prompt_scoring.py), which asks the view-model for scores and never scores itself.
 Nothing typed is ever lost: switching modes keeps both texts. Bound to the `EditingState`: an edit writes the prompt
-there (text, messages, mode), and the editor shows whatever prompt the state holds.
+there (text, messages, mode), and the editor shows whatever prompt the state holds; the chat's Think box (shown where
+the model's template has a thinking switch) writes and shows the settings' `think`.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ class PromptEditor(QWidget):
         # hidden at start, so built when first shown or used (`chat`, `boundaries`, `surprisal` build them); the
         # Chat tab right after the first paint too, as its size counts in the tabs' minimum size
         self.tabs = QTabWidget()
-        self._chat = LazyHost(lambda: _chat_editor(self._edited), after=self.tabs)
+        self._switch = False  # the loaded model's template has a thinking switch (the Think box is shown)
+        self._chat = LazyHost(lambda: _chat_editor(self._edited, self.state, self._switch), after=self.tabs)
         self.tabs.addTab(self.completion, "Completion")
         self.tabs.addTab(self._chat, "Chat")
         self.tabs.currentChanged.connect(self._edited)
@@ -85,6 +87,7 @@ class PromptEditor(QWidget):
         self._slow.timeout.connect(lambda: self.count.setText(
             f"the chat template is still rendering after {RENDER_NOTE_MS / 1000:g} s: no token count"))
         self.state.prompt_changed.connect(self._show)
+        self.state.settings_changed.connect(self._debounce.start)  # (the Think box: another render; else cached)
         self._show(self.state.prompt)
 
     @property
@@ -117,8 +120,10 @@ class PromptEditor(QWidget):
 
     def set_tokenizer(self, tokenizer: object, server: bool = False) -> None:
         """The loaded model's tokenizer; None with `server`: the model is on a server, whose tokenizer is not
-        known here (no count, no surprisal: say so, rather than "load a model")."""
+        known here (no count, no surprisal: say so, rather than "load a model"; nor whether it has a thinking
+        switch: the Think box is shown, and sent as vLLM and llama.cpp take it)."""
         self.tokenizer, self.server = tokenizer, server
+        _show_switch(self, server)
         self.count.setToolTip(SERVER_COUNT_TIP if server else COUNT_TIP)
         self.refresh_count()
         self.scoring.request()  # another model: another score
@@ -167,7 +172,7 @@ class PromptEditor(QWidget):
     def model_text(self) -> Rendered | None:
         """The prompt as the model will see it (template applied) and its ids, if rendered; None while it renders
         (`_rendered` follows)."""
-        return self.renderer.render(self.tokenizer, self.prompt(), self.messages())
+        return self.renderer.render(self.tokenizer, self.prompt(), self.messages(), self.state.settings.think)
 
     def refresh_count(self) -> None:
         if self.tokenizer is None:
@@ -183,13 +188,15 @@ class PromptEditor(QWidget):
 
     def _rendered(self, r: Rendered) -> None:
         """A render from the thread: shown if it is of the prompt as it is now."""
-        if self.tokenizer is None or r.key != (self.tokenizer, self.prompt(), self.messages()):
+        now = (self.tokenizer, self.prompt(), self.messages(), self.state.settings.think)
+        if self.tokenizer is None or r.key != now:
             return
         self._show_count(r)
         self.scoring.rendered()
 
     def _show_count(self, r: Rendered) -> None:
         self._slow.stop()
+        _show_switch(self, r.switch)
         self.unusable.emit(r.error or "")
         if r.error is not None:
             self.count.setText(r.error)
@@ -207,13 +214,22 @@ class PromptEditor(QWidget):
         self.refresh_count()
 
 
-def _chat_editor(edited: Callable[[], object]) -> ChatEditor:
-    """The Chat tab's editor, built at its first use; an edit in it calls `edited`."""
+def _chat_editor(edited: Callable[[], object], state: EditingState, switch: bool) -> ChatEditor:
+    """The Chat tab's editor, built at its first use; an edit in it calls `edited`; its Think box bound to the
+    settings' `think`, shown where the model's template has the switch."""
     from app.ui.panels.chat_editor import ChatEditor
 
     chat = ChatEditor()
     chat.changed.connect(edited)
+    chat.bind_think(state, switch)
     return chat
+
+
+def _show_switch(editor: PromptEditor, switch: bool) -> None:
+    """Whether the model's template has a thinking switch: the chat's Think box shown or hidden (once it is built)."""
+    editor._switch = switch
+    if editor._chat.is_built:
+        editor.chat.set_think(editor.state.settings.think, switch)
 
 
 def _lay_out(editor: PromptEditor) -> QSplitter:

@@ -24,12 +24,14 @@ RENDER_WAIT_S = 0.05  # a prompt rendered within this is shown at once; a slower
 
 @dataclass(frozen=True)
 class Rendered:
-    """The prompt as the model sees it, for one (tokenizer, prompt, messages) key: its ids and text, or why not."""
+    """The prompt as the model sees it, for one (tokenizer, prompt, messages, think) key: its ids and text, or why
+    not; `switch`: whether the tokenizer's chat template has a thinking switch (enable_thinking)."""
 
     key: tuple[Any, ...]
     ids: tuple[int, ...] = ()
     text: str = ""
     error: str | None = None
+    switch: bool = False
 
 
 class PromptRenderer(QObject):
@@ -44,9 +46,10 @@ class PromptRenderer(QObject):
         self._latest: tuple[Any, ...] | None = None
         self._future: Future | None = None
 
-    def render(self, tokenizer: Any, prompt: str, messages: tuple[Message, ...] | None) -> Rendered | None:
+    def render(self, tokenizer: Any, prompt: str, messages: tuple[Message, ...] | None,
+               think: bool = True) -> Rendered | None:
         """The render of these inputs if it is ready within `RENDER_WAIT_S`; else None, and `rendered` brings it."""
-        key = (tokenizer, prompt, messages)
+        key = (tokenizer, prompt, messages, think)
         if key != self._latest or self._future is None:
             self._latest = key
             self._future = self._pool.submit(self._run, key)
@@ -59,12 +62,14 @@ class PromptRenderer(QObject):
         if key != self._latest:
             return None  # replaced while it waited
         from app.core.decoding.generation import prompt_tokens  # (numpy's: not before the window's first paint)
+        from app.core.record.spans import has_think_switch
 
+        switch = has_think_switch(key[0])  # (a template that fails has none; cached per tokenizer)
         try:
             ids, text = prompt_tokens(*key)
-            result = Rendered(key, tuple(ids), text)
+            result = Rendered(key, tuple(ids), text, switch=switch)
         except ValueError as e:
-            result = Rendered(key, error=str(e))
+            result = Rendered(key, error=str(e), switch=switch)
         with contextlib.suppress(RuntimeError):  # the editor is gone (the window closed)
             self.rendered.emit(result)
         return result

@@ -308,7 +308,8 @@ class SamplerPanel(QWidget):
                                chain=self._chain[1], logit_bias=self.bias.pairs(), dry_breakers=self._breakers(),
                                constraint=self.constraint.constraint(), think_soft=self.think.soft.isChecked(),
                                think_markers=self.think.markers(),
-                               steering=self.state.settings.steering)  # (no editor here: kept as it came)
+                               steering=self.state.settings.steering,  # (no editor here: kept as it came)
+                               think=self.state.settings.think)  # (the chat editor's Think box: kept too)
 
     def _breakers(self) -> tuple[str, ...]:
         """The DRY breakers box as a JSON list of strings (SettingsError when it is not one)."""

@@ -53,6 +53,8 @@ if TYPE_CHECKING:
 EARLY = {"false: when no beam can do better": False, "true: once width are finished": True,
          "never: judge at max length": "never"}
 READY = "Set the beams and press Run: the search runs on the prompt and model of the window."
+THINK_BUDGET_REFUSED = ("A think budget runs on plain decoding and samples, not on beam search: set More samplers → "
+                        "Think budget to 0 (off), then run the beam search.")
 COLUMNS = ("#", "score", "log p", "tokens", "end", "text", "")
 STEP_COLUMNS = ("beam", "token", "log p(token)", "cumulative", "fate", "score")
 
@@ -177,9 +179,12 @@ class BeamView(QDockWidget):
             self.status.setText(str(e))
             return False
         e = self.playground.editing
-        # the sampler panel's constraint holds every beam to it, as a plain run
+        if e.settings.think_budget > 0:  # (each beam would have to force its own closing marker: not done)
+            self.status.setText(THINK_BUDGET_REFUSED)
+            return False
+        # the sampler panel's constraint holds every beam to it, as a plain run; its Think box tells the template
         request = BeamRequest(model=e.model, prompt=e.prompt.text, messages=e.prompt.chat_messages, settings=settings,
-                              constraint=e.settings.constraint)
+                              constraint=e.settings.constraint, think=e.settings.think)
         self._spec = e.model  # the model the search runs on: a hypothesis opens on it, whatever is chosen next
         self._settings = settings
         self._reset()

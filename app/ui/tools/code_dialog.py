@@ -41,7 +41,7 @@ def code_request(settings: SamplerSettings, prompt: str, messages: Sequence[Mess
     rendered = None
     if messages is not None and tokenizer is not None:
         try:
-            rendered = prompt_tokens(tokenizer, prompt, messages)[1]
+            rendered = prompt_tokens(tokenizer, prompt, messages, settings.think)[1]
         except PromptError:
             rendered = None
     return CodeRequest(settings, prompt, tuple(messages) if messages is not None else None, source, rendered)

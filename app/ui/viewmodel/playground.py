@@ -154,7 +154,8 @@ class Playground(QObject):
         """Score the prompt as a generation would see it (model, prompt, messages), behind any run in progress;
         the request's id (its `Scored` answer carries it)."""
         e = self.editing
-        request = Request(model=e.model, prompt=e.prompt.text, messages=e.prompt.chat_messages, id=job_id())
+        request = Request(model=e.model, prompt=e.prompt.text, messages=e.prompt.chat_messages, id=job_id(),
+                          settings=SamplerSettings(think=e.settings.think))  # (the template's switch: as a run's)
         self.worker.score(request)  # (the model thread queues it behind whatever it is doing)
         return request.id
 

@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from app.core.decoding.beam import BeamSettings
-from app.core.decoding.speculative import check_settings
+from app.core.decoding.speculative.rounds import check_settings
 from app.core.decoding.together import generate_together
 from app.core.events import Finished, Request
 from app.core.runs.beam_run import BeamRequest, run_beam

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.core.decoding.speculative import check_settings, draw, final_probs, u_for, verify
+from app.core.decoding.speculative.rounds import check_settings, draw, final_probs, u_for, verify
 from app.core.events import Request
 from app.core.models.catalog import ModelEntry
 from app.core.models.drafts import (

@@ -74,3 +74,15 @@ def test_a_soft_budget_never_forces():
     state = ThinkState.start(MARKERS, [1], [5] * 50, SamplerSettings(think_budget=3, think_soft=True))
     assert state.due() is None and state.bias() == pytest.approx(min(SOFT_RAISE * (50 - 2.25) / 0.75, MAX_RAISE))
     assert math.isclose(state.bias_vector(VOCAB)[2], state.bias(), rel_tol=1e-6)
+
+
+def test_no_thinking_closes_a_span_as_soon_as_it_opens_soft_budget_or_not():
+    for s in (SamplerSettings(think=False), SamplerSettings(think=False, think_budget=8, think_soft=True)):
+        opened = ThinkState.start(MARKERS, [7, 1], [], s)  # a template that opens the span for the model
+        assert opened.due() == 2
+        state = ThinkState.start(MARKERS, [7], [], s)
+        assert state.due() is None  # in the answer: nothing to close
+        state.push(1)  # the model opens one anyway
+        assert state.due() == 2
+        state.push(2)
+        assert state.forced and not state.tracker.thinking and state.due() is None

@@ -1,6 +1,7 @@
-"""What the views showed, kept in the session file: the beam search, the speculative run, the sweep and the Sample ×N
-list are saved as the core recorded them and read back equal; their runs follow the ids a reopened session gives;
-a field of the wrong type is named; whatever a fuzzer puts in them is read whole or refused in one line."""
+"""What the views showed, kept in the session file: the beam search, the speculative run, the sweep, the Sample ×N
+list and the think probes are saved as the core recorded them and read back equal; their runs follow the ids a
+reopened session gives; a field of the wrong type is named; whatever a fuzzer puts in them is read whole or refused in
+one line; a file written before the probes were kept still opens."""
 
 from __future__ import annotations
 
@@ -9,17 +10,27 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.core.compare.statistics import Axis, compare, make_grid
 from app.core.decoding.beam import BeamFinished, BeamResult, BeamSettings, BeamStarted, BeamStep, Candidate, Hypothesis
+from app.core.decoding.probes import ThinkProbe
 from app.core.models.sources import ModelSpec
 from app.core.record.spec_record import DraftToken, SpecRound, SpecStats, SpecSummary
 from app.core.session.session_file import MAX_RUN_ID, SessionFormatError, encode, from_lines, load, save, to_session
 from app.core.session.store import Session
-from app.core.session.view_records import BeamRecord, SamplesRecord, SpecRecord, SweepRecord, SweptCell, Views
+from app.core.session.view_records import (
+    BeamRecord,
+    ProbesRecord,
+    SamplesRecord,
+    SpecRecord,
+    SweepRecord,
+    SweptCell,
+    Views,
+)
 from tests.core.record.test_trace import make_run, mutate, strict_json
 from tests.core.session.test_session_file import SETTINGS, add_run, make_doc
 
@@ -43,6 +54,14 @@ def spec_record(run_id: int) -> SpecRecord:
                       SpecSummary(stats, 0, 0.5, 2, 0.25))
 
 
+def probes_record(run_id: int) -> ProbesRecord:
+    """Two probes over two answers; the first's close not known (NaN, as for markers without a close)."""
+    def probe(step: int, lps: list[float], close: float) -> ThinkProbe:
+        return ThinkProbe(step, step, np.array([17, 4]), np.array([-0.25, -1.5], np.float32), close, ("85", "86"),
+                          np.array(lps, np.float32))
+    return ProbesRecord(run_id, 2, "85, 86", (probe(0, [-2.0, -0.5], math.nan), probe(2, [-0.125, -3.0], -4.0)))
+
+
 def make_views(session: Session, ids: list[int]) -> Views:
     """Every view's record over the session's runs `ids` (the first two: one request's samples)."""
     both = compare([session.get(i).trace for i in ids[:2]], "t")
@@ -51,7 +70,8 @@ def make_views(session: Session, ids: list[int]) -> Views:
     sweep = SweepRecord(axes, 2, "distinct_2", "t", 2, (SweptCell(a, tuple(ids[:2]), both),
                                                         SweptCell(b, (ids[2],), None, stopped=True),
                                                         SweptCell(c, (), None), SweptCell(d, (), None)))
-    return Views(beam_record(), spec_record(ids[2]), sweep, SamplesRecord(tuple(ids[:2]), both))
+    return Views(beam_record(), spec_record(ids[2]), sweep, SamplesRecord(tuple(ids[:2]), both),
+                 probes=probes_record(ids[1]))
 
 
 def views_session() -> tuple[Session, list[int]]:
@@ -69,7 +89,7 @@ def test_every_view_s_record_is_saved_and_read_back_equal(tmp_path: Path):
     save(doc, tmp_path / "s.jsonl")
     lines = (tmp_path / "s.jsonl").read_text(encoding="utf-8").splitlines()
     strict_json(lines[0])  # standard JSON: -inf as its string
-    assert set(json.loads(lines[0])["views"]) == {"beam", "speculative", "sweep", "samples"}
+    assert set(json.loads(lines[0])["views"]) == {"beam", "speculative", "sweep", "samples", "probes"}
     back = load(tmp_path / "s.jsonl")
     assert back.views == doc.views and back == doc
     assert back.views.sweep.cells[1].cell.values == {"temperature": 0.5, "top_k": 40}  # a whole number stays one
@@ -78,11 +98,14 @@ def test_every_view_s_record_is_saved_and_read_back_equal(tmp_path: Path):
     reopened, _ = to_session(back)
     assert reopened.views == doc.views  # the ids kept: the records name the same runs
     assert list(encode(back)) == lines
+    probes = back.views.probes.probes
+    assert [p.leading for p in probes] == ["86", "85"] and math.isnan(probes[0].close_logprob)
+    np.testing.assert_array_equal(probes[1].top_ids, [17, 4])
 
 
 def test_a_view_that_showed_nothing_has_no_key():
     session, ids = views_session()
-    session.views = replace(session.views, beam=None, sweep=None)
+    session.views = replace(session.views, beam=None, sweep=None, probes=None)
     head = json.loads(next(encode(replace(make_doc(session, ids), views=session.views))))
     assert set(head["views"]) == {"speculative", "samples"}
     assert "views" not in json.loads(next(encode(make_doc(session, ids))))
@@ -99,6 +122,7 @@ def test_the_records_follow_runs_given_fresh_ids_and_forget_runs_not_saved():
     new = {saved: back_id for saved, back_id in zip(fresh.values(), back.runs, strict=True)}
     assert back.views.speculative.run_id == new[fresh[ids[2]]]
     assert back.views.samples.run_ids == (new[fresh[ids[0]]],)
+    assert back.views.probes.run_id == 0  # (its saved id was the old one: the probes stay, naming no run)
     assert [s.run_id for s in back.views.samples.result.samples] == [0, 0]  # (their saved ids were the old ones)
     first = back.views.sweep.cells[0]
     assert first.run_ids == () and first.result.stats == doc.views.sweep.cells[0].result.stats
@@ -114,6 +138,9 @@ def test_the_records_follow_runs_given_fresh_ids_and_forget_runs_not_saved():
     (("sweep", "cells", 0, "run_ids"), [1, "2"], r"views.sweep.cells\[0\].run_ids\[1\] must be a whole number"),
     (("samples", "result", "stats", "agreement"), 3, "views.samples.result.stats.agreement must be a list"),
     (("samples",), [], "views.samples must be an object"),
+    (("probes", "probes", 1, "top_ids", 0), 1.5, r"views.probes.probes\[1\].top_ids\[0\] must be a whole number"),
+    (("probes", "probes", 0, "answer_logprobs"), [1.0], r"views.probes.probes\[0\]: 2 top ids for 2 log-probabilities, "
+     "2 answers for 1"),
 ])
 def test_a_record_field_of_the_wrong_type_is_named(tmp_path: Path, path: tuple, value: object, says: str):
     session, ids = views_session()
@@ -150,3 +177,10 @@ def test_whatever_the_views_hold_they_are_read_whole_or_refused_in_one_line(data
         to_session(doc)
         encoded = list(encode(doc))
         assert list(encode(from_lines(encoded))) == encoded
+
+
+def test_a_session_saved_before_probes_were_kept_opens_without_them():
+    head, *rest = VIEWS_OBJS
+    older = {**head, "views": {k: v for k, v in head["views"].items() if k != "probes"}}
+    doc = from_lines([json.dumps(older), *map(json.dumps, rest)], "s.jsonl")
+    assert doc.views.probes is None and doc.views.beam is not None

@@ -1,5 +1,6 @@
 """The beam search dock in the real window: it runs on the model thread, draws exactly the recorded steps and
-hypotheses, stops on request, and opens a hypothesis as a run of the session that forks like any other."""
+hypotheses, stops on request, and opens a hypothesis as a run of the session that forks like any other; a think
+budget, which beams do not keep, is refused in one line."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from app.core.decoding.beam import BeamSettings
 from app.core.record.trace import RunTrace
 from app.ui.formatting import format_logprob, format_prob, visible
 from app.ui.tools.beam_tree import FILL
+from app.ui.tools.beam_view import THINK_BUDGET_REFUSED
 from tests.ui.conftest import RUN_TIMEOUT
 
 
@@ -152,3 +154,13 @@ def test_a_clicked_step_lists_its_recorded_candidates(qtbot, window) -> None:
         assert row[0] == str(c.beam) and row[1] == visible(view.texts[c.token])
         assert row[2:4] == [format_logprob(c.logprob), format_logprob(c.cumulative)]
         assert row[4].startswith("kept" if c.fate == "kept" else c.fate)
+
+
+def test_a_think_budget_is_refused_in_one_line(qtbot, window) -> None:
+    view = open_dock(window)
+    window.sampler.set_settings(window.editing.settings.with_(think_budget=8))
+    assert not view.run()  # (each beam would have to force its own closing marker)
+    assert view.status.text() == THINK_BUDGET_REFUSED and not view.running
+    window.sampler.set_settings(window.editing.settings.with_(think_budget=0))
+    assert view.run()
+    qtbot.waitUntil(lambda: view.result is not None, timeout=RUN_TIMEOUT)

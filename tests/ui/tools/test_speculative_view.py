@@ -52,3 +52,12 @@ def test_a_draft_with_another_tokenizer_is_refused_in_one_line(window, qtbot):
     qtbot.waitUntil(lambda: not window.playground.busy, timeout=RUN_TIMEOUT)
     assert "must share its target's tokenizer" in view.status.text() and "\n" not in view.status.text()
     assert view.table.rowCount() == 0 and view.controls.run.isEnabled()
+
+
+def test_a_think_budget_is_refused_by_the_core_in_one_line(window, qtbot, draft_path):
+    view = open_dock(window, qtbot, str(draft_path), 2)
+    window.sampler.set_settings(window.editing.settings.with_(think_budget=8))
+    assert view.run()
+    qtbot.waitUntil(lambda: not window.playground.busy, timeout=RUN_TIMEOUT)
+    assert view.status.text().startswith("a think budget runs on plain decoding and samples, not on speculative")
+    assert view.table.rowCount() == 0 and view.controls.run.isEnabled()

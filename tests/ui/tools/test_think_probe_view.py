@@ -1,6 +1,6 @@
 """A thinking model in the real window (a tiny random Qwen3-style model made here): the output draws the think span
 apart and folds it, the timeline labels each span with the core's figures and marks the budget's cut, and Run ▸ Think
-probes draws the probes it got and opens one as a run of the branch tree."""
+probes draws the probes it got and opens one as a run of the branch tree; the probes come back with the session."""
 
 from __future__ import annotations
 
@@ -107,3 +107,35 @@ def test_probes_are_drawn_and_one_opens_as_a_run(qtbot, window):
     assert len(window.playground.session.runs) == runs + 1 and child.parent[0] == trace.run_id
     closing = window.playground.tokenizer.encode("</think>", add_special_tokens=False)
     assert list(child.trace.prompt_ids[-3:])[:1] == closing  # its prompt: the run's 4 tokens, then the close
+
+
+def test_the_probes_come_back_with_the_session_and_still_open_as_runs(qtbot, window, thinker, tmp_path):
+    think(qtbot, window)
+    window.tools["think"].trigger()
+    view: ThinkProbeView = window.tools["think"].view
+    view.every.setValue(3)
+    view.answers.setText("85, 86")
+    assert view.probe()
+    qtbot.waitUntil(lambda: not view.job.running, timeout=RUN_TIMEOUT)
+    assert window.isWindowModified()  # new probes: the session changed
+    drawn = [c.getData() for c in view.chart.curves]
+    assert window.sessions.save_as(tmp_path / "s.jsonl")
+    store = QSettings(str(tmp_path / "fresh.ini"), QSettings.Format.IniFormat)
+    fresh = MainWindow(settings=store, spec=ModelSpec(str(thinker), WINDOW_BACKEND))
+    qtbot.addWidget(fresh)
+    fresh.show()
+    qtbot.waitUntil(lambda: fresh.playground.tokenizer is not None, timeout=RUN_TIMEOUT)
+    try:
+        assert fresh.sessions.open(tmp_path / "s.jsonl")
+        again: ThinkProbeView = fresh.tools["think"].view  # opened by the session, drawn from its record
+        assert again is not None and again.isVisible() and not fresh.isWindowModified()
+        assert sorted(again.probes) == sorted(view.probes) == [0, 3, 6]
+        assert (again.every.value(), again.answers.text(), again.chart.names) == (3, "85, 86", ["85", "86"])
+        for (x, y), (x2, y2) in zip(drawn, [c.getData() for c in again.chart.curves], strict=True):
+            np.testing.assert_array_equal(x, x2)
+            np.testing.assert_allclose(y, y2, rtol=1e-6)
+        with qtbot.waitSignal(fresh.playground.finished, timeout=RUN_TIMEOUT):
+            assert again.open_probe(3)  # the run it probed is in the reopened session
+    finally:
+        qtbot.waitUntil(lambda: not fresh.playground.busy, timeout=RUN_TIMEOUT)
+        fresh.close()

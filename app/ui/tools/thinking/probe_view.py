@@ -2,10 +2,12 @@
 step), its think span closed and the answer read — on the model thread (a `think_probes` job, `decoding.probes`),
 and draws the answer's probability over thinking time (`probe_chart`). A click on a probe opens it as a run of the
 session: the run's text up to there and the closing marker, continued as an edit of it (a child in the branch tree).
+The probes drawn are kept in the session (`view_records.ProbesRecord`) and drawn again when it is reopened.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt
@@ -23,6 +25,7 @@ from PySide6.QtWidgets import (
 from app.core.decoding.probes import Probed, ProbeRequest, ProbesDone, ThinkProbe
 from app.core.events import Failed
 from app.core.record.spans import find_markers
+from app.core.session.view_records import ProbesRecord
 from app.ui.formatting import format_prob, visible
 from app.ui.tools.thinking.probe_chart import ProbeChart
 from app.ui.viewmodel.model_job import ModelJob
@@ -31,6 +34,7 @@ if TYPE_CHECKING:
     from app.ui.viewmodel.playground import Playground
 
 EVERY = 16  # think tokens between probes, at first
+READY = "Show a thinking model's run, then Probe: the answer it would give if it stopped thinking there."
 
 
 def answers_of(text: str) -> tuple[str, ...]:
@@ -52,8 +56,7 @@ class ThinkProbeView(QDockWidget):
         self.here = QPushButton("Probe the selected step", toolTip="Close the span at the selected step and read "
                                 "the answer there (beside the run's other probes)")
         self.stop = QPushButton("Stop", enabled=False)
-        self.status = QLabel("Show a thinking model's run, then Probe: the answer it would give if it stopped "
-                             "thinking there.", wordWrap=True)
+        self.status = QLabel(READY, wordWrap=True)
         self.summary = QLabel(wordWrap=True)
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.chart = ProbeChart()
@@ -67,6 +70,8 @@ class ThinkProbeView(QDockWidget):
         self.here.clicked.connect(self.probe_selected)
         self.stop.clicked.connect(self.job.stop)
         self.chart.probe_clicked.connect(self.open_probe)
+        playground.session_replaced.connect(self.restore)
+        self.restore()
 
     def _build(self) -> None:
         row = QHBoxLayout()
@@ -125,16 +130,47 @@ class ThinkProbeView(QDockWidget):
         elif isinstance(ev, ProbesDone):
             self.job.done()
             self._draw(done=ev)
+            self._store()
         elif isinstance(ev, Failed):
             self.job.done()
             self.status.setText(ev.message)
 
-    def _draw(self, done: ProbesDone | None = None) -> None:
-        from app.core.decoding.probes import changed_at, settled_at
-
+    def _shown(self) -> list[ThinkProbe]:
+        """The probes drawn, in step order: of one answer list, the latest job's."""
         probes = [self.probes[s] for s in sorted(self.probes)]
         if probes and probes[0].answers != probes[-1].answers:  # another list: only the latest job's probes
             probes = [p for p in probes if p.answers == probes[-1].answers]
+        return probes
+
+    def _store(self) -> None:
+        """Keep the probes drawn in the session (what its file saves); new probes mark it modified."""
+        pg = self.playground
+        record = ProbesRecord(self.run_id or 0, self.every.value(), self.answers.text(), tuple(self._shown()))
+        pg.session.views = replace(pg.session.views, probes=record if record.probes else None)
+        pg.session_changed.emit()
+
+    def restore(self) -> None:
+        """Draw the session's probes (a reopened session's), or none."""
+        if self.job.running:
+            return
+        record = self.playground.session.views.probes
+        self.probes, self.run_id = {}, None
+        if record is None:
+            self.chart.show_probes([], self._text)
+            self.summary.setText("")
+            self.status.setText(READY)
+            return
+        self.every.setValue(record.every)
+        self.answers.setText(record.answers)
+        self.probes, self.run_id = {p.step: p for p in record.probes}, record.run_id or None
+        self._draw()
+        run = f"run {record.run_id}" if record.run_id else "a run no longer in the session"
+        self.status.setText(f"{len(record.probes)} probes of {run}: click a point to open that probe as a run.")
+
+    def _draw(self, done: ProbesDone | None = None) -> None:
+        from app.core.decoding.probes import changed_at, settled_at
+
+        probes = self._shown()
         changed, settled = changed_at(probes), settled_at(probes)
         self.chart.show_probes(probes, self._text, changed, settled)
         if done is not None:

@@ -13,6 +13,7 @@ request's events (text, steps, metrics) are `speculative_run.py`'s; loading the 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -22,8 +23,9 @@ import numpy as np
 
 from app.core.decoding.generation import common_prefix
 from app.core.decoding.prefill import ChunkedForward
+from app.core.decoding.speculative.pace import Pace
 from app.core.record.record import Sample
-from app.core.record.spec_record import K_MAX, DraftToken, SpecRound
+from app.core.record.spec_record import DraftToken, SpecRound
 from app.core.sampler.constraint import GrammarEnded, Matcher
 from app.core.sampler.forcing import forced
 from app.core.sampler.pipeline import Dist, History, make_stages, run_stages, sanitize
@@ -32,8 +34,7 @@ from app.core.settings import SamplerSettings, SettingsError
 from backends.base import LoadedModel, ModelLoadError
 from backends.ops import NUMPY
 
-ADAPTIVE = 0  # draft_k 0: start at K_START, one more after a round that kept every draft, one fewer otherwise
-K_START = 4
+ADAPTIVE = 0  # draft_k 0: the draft length follows what drafting is measured to save (`pace.Pace`)
 NO_UNIFORMS = NUMPY.f32([0.0, 0.0])  # the pipeline's per-step uniforms: no stage reads them once XTC is refused
 PROBES = ("def main(argv):\n    return 0\n", "Hello, world! naïve café 🙂 こんにちは", "  \t\n\n0123 x=y+1;")
 
@@ -171,8 +172,8 @@ class Speculation:
     rng: np.random.Generator
     ids: list[int]  # the prompt and every token kept so far
     prompt_len: int
-    k: int = K_START
-    adaptive: bool = False
+    k: int = 4  # the draft length of every round (a fixed k), unless `pace` chooses it round by round
+    pace: Pace | None = None
     rounds: int = 0
     grammar: Matcher | None = None  # a constraint's: drafts and the target's draws alike keep to what it allows
     ended: GrammarEnded | None = None  # why the grammar ended the run (then no round follows)
@@ -208,7 +209,8 @@ def speculate(spec: Speculation, *, steps: int, eos: frozenset[int], top_n: int 
         if spec.grammar is not None and (ended := spec.grammar.end(spec.ids)) is not None:
             spec.ended = ended  # complete (as with EOS), or allowing no token
             return
-        turn = one_round(spec, min(spec.k, steps - added - 1), eos, top_n, record, added)
+        k = spec.k if spec.pace is None else spec.pace.k
+        turn = one_round(spec, min(k, steps - added - 1), eos, top_n, record, added)
         added += len(turn.tokens)
         yield turn
         if turn.tokens[-1] in eos:
@@ -216,23 +218,41 @@ def speculate(spec: Speculation, *, steps: int, eos: frozenset[int], top_n: int 
 
 
 def one_round(spec: Speculation, k: int, eos: frozenset[int], top_n: int, record: bool, step: int) -> Turn:
-    """Draft k tokens, verify them in one target forward, keep what the rule keeps, trim both caches."""
+    """Draft k tokens, verify them in one target forward, keep what the rule keeps, trim both caches (k 0: a plain
+    step, the target's own draw). An adaptive run's pace is told what the round cost."""
+    lag = spec.ids[len(spec.draft.held):-1]  # (after plain steps: caught up in one forward, not timed as drafting)
+    if k and lag:
+        spec.draft.fill(lag)
+    started = time.perf_counter()
     drafts, q_rows = _propose(spec, k)
+    drafted = time.perf_counter()
     logits = spec.target.feed([spec.ids[-1], *drafts], "all")  # (k+1, V)
-    p_rows = np.stack([final_probs(logits[i], spec.settings, spec.history(drafts[:i]), spec.mask(drafts[:i]))
-                       for i in range(k + 1)])
-    verdict = verify(p_rows, np.stack(q_rows) if q_rows else p_rows[:0], drafts, spec.rng)
-    tokens = _cut([*drafts[: verdict.kept], verdict.token], eos)
-    samples = tuple(_record(spec, logits[j], p_rows[j], t, tokens[:j], top_n) if record else None
-                    for j, t in enumerate(tokens))
+    if k == 0 and record:  # a plain step: drawn and recorded by the sampler in one pass, as plain decoding does
+        p_rows, (verdict, samples) = logits[:0], _plain_step(spec, logits[0], top_n)
+        tokens = _cut([verdict.token], eos)
+    else:
+        p_rows = np.stack([final_probs(logits[i], spec.settings, spec.history(drafts[:i]), spec.mask(drafts[:i]))
+                           for i in range(k + 1)])
+        verdict = verify(p_rows, np.stack(q_rows) if q_rows else p_rows[:0], drafts, spec.rng)
+        tokens = _cut([*drafts[: verdict.kept], verdict.token], eos)
+        samples = tuple(_record(spec, logits[j], p_rows[j], t, tokens[:j], top_n) if record else None
+                        for j, t in enumerate(tokens))
     spec.ids.extend(tokens)
     spec.target.keep(spec.ids[:-1])
     spec.draft.keep(spec.ids[:-1])
-    rnd = _round_record(spec, drafts, q_rows, p_rows, verdict, step, len(tokens))
+    note = spec.pace.note if spec.pace is not None and k == 0 else ""  # (why it drafted nothing: paused)
+    if spec.pace is not None:
+        spec.pace.measured(k, min(verdict.kept, k), drafted - started, time.perf_counter() - drafted)
+    rnd = _round_record(spec, drafts, q_rows, p_rows, verdict, step, len(tokens), note)
     spec.rounds += 1
-    if spec.adaptive and k:
-        spec.k = min(K_MAX, spec.k + 1) if verdict.kept == k else max(1, spec.k - 1)
     return Turn(rnd, tuple(tokens), samples, k)
+
+
+def _plain_step(spec: Speculation, logits: np.ndarray, top_n: int) -> tuple[Verdict, tuple[Sample]]:
+    """The target's own step at the next position: its draw and record in one pass of the sampler."""
+    s = sample(NUMPY, logits, spec.settings, spec.rng.random(), history=spec.recording(()), top_n=top_n)
+    assert isinstance(s, Sample)
+    return Verdict((), s.token, s.prob, False), (s,)
 
 
 def _propose(spec: Speculation, k: int) -> tuple[list[int], list[np.ndarray]]:
@@ -265,13 +285,13 @@ def _record(spec: Speculation, logits: np.ndarray, p: np.ndarray, token: int, be
 
 
 def _round_record(spec: Speculation, drafts: list[int], q_rows: list[np.ndarray], p_rows: np.ndarray,
-                  verdict: Verdict, step: int, kept: int) -> SpecRound:
+                  verdict: Verdict, step: int, kept: int, note: str) -> SpecRound:
     text = spec.target.model.tokenizer.token_text
     judged = verdict.judged
     records = tuple(DraftToken(x, text(x), float(q_rows[i][x]), float(p_rows[i, x]),
                                i < len(judged) and judged[i]) for i, x in enumerate(drafts))
     return SpecRound(spec.rounds, step, records, verdict.token, text(verdict.token), verdict.p_token,
-                     verdict.residual, kept)
+                     verdict.residual, kept, note)
 
 
 def check_settings(settings: SamplerSettings) -> None:

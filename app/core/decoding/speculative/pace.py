@@ -1,0 +1,93 @@
+"""How many tokens the draft proposes next (an adaptive run, `draft_k` 0), from what the run has measured: the
+drafts' acceptance, the seconds of a draft token, of a plain step (the target alone, one position) and what each
+drafted position adds to the target's verification. Drafting pauses where no length is expected to pay, and the
+run then takes plain steps (exact: the target's own draw) and says why; a probe round every so often measures again.
+
+The expected gain of k drafts: a round keeps E(k) = 1 + α + … + α^k tokens (α: a draft's chance to be kept) for
+k·draft + plain + k·verify seconds, against E(k) plain steps. Plain arithmetic on measured numbers: no models, no
+clock of its own (`rounds.one_round` times what it does and reports it here).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.core.record.spec_record import K_MAX
+
+K_START = 4  # the first draft length tried
+FIRST_DRAFTS = 3  # drafting rounds measured before the pace may pause
+DECAY = 0.8  # each round's weight in the acceptance counts, against the rounds before
+EMA = 0.3  # each measurement's weight in a cost's running estimate
+PROBE_FIRST, PROBE_MOST = 16, 128  # plain steps before a probe round, doubled after each probe that did not pay
+REMEASURE = 24  # drafting rounds between two plain steps that measure a plain step's cost again
+
+
+@dataclass
+class Pace:
+    """An adaptive run's draft length, round by round: `k` for the next round (0: a plain step) and `note`, why
+    drafting is paused ("" while it drafts)."""
+
+    k: int = 0  # the first round is a plain step: it measures what drafting must beat
+    note: str = ""
+    plain_s: float | None = None  # a plain step: the target over one position, its distribution, draw and record
+    draft_s: float | None = None  # one draft token: the draft's forward, its distribution and draw
+    verify_s: float = 0.0  # what each drafted position adds to the target's side of a round
+    kept: float = 0.0  # drafts kept and judged, counts decayed round by round
+    judged: float = 0.0
+    drafting_rounds: int = 0
+    waited: int = 0  # plain steps since drafting paused (or since its last probe)
+    wait: int = PROBE_FIRST
+    since_plain: int = 0  # drafting rounds since the last plain step
+
+    @property
+    def acceptance(self) -> float:
+        """A draft's chance to be kept, as measured (before any: one half)."""
+        return (self.kept + 0.5) / (self.judged + 1.0)
+
+    def gain(self, k: int) -> float | None:
+        """Expected tokens/s of k drafts per round over plain decoding's (None: not measured yet)."""
+        if self.plain_s is None or self.draft_s is None:
+            return None
+        a = self.acceptance
+        tokens = k + 1 if a >= 1 else (1 - a ** (k + 1)) / (1 - a)
+        return tokens * self.plain_s / (k * self.draft_s + self.plain_s + k * self.verify_s)
+
+    def best(self) -> tuple[int, float]:
+        """The draft length expected to gain most, and its gain (1.0 before any measurement)."""
+        gains = [(self.gain(k) or 1.0, k) for k in range(1, K_MAX + 1)]
+        gain, k = max(gains)
+        return k, gain
+
+    def measured(self, k: int, accepted: int, draft_s: float, target_s: float) -> None:
+        """After a round of `k` drafts (0: a plain step) of which `accepted` were kept: its seconds drafting and on
+        the target's side (the verifying forward, the distributions, the rule, the records); sets the next `k`."""
+        if k == 0:
+            self.plain_s = _ema(self.plain_s, target_s)
+        else:
+            self.drafting_rounds += 1
+            self.draft_s = _ema(self.draft_s, draft_s / k)
+            if self.plain_s is not None:
+                self.verify_s = max(0.0, _ema(self.verify_s, (target_s - self.plain_s) / k))
+            self.kept = DECAY * self.kept + accepted
+            self.judged = DECAY * self.judged + accepted + (accepted < k)
+        self.k = self._next(k)
+
+    def _next(self, k: int) -> int:
+        if self.plain_s is None:
+            return 0
+        if self.drafting_rounds < FIRST_DRAFTS:
+            return K_START
+        best, gain = self.best()
+        self.since_plain = 0 if k == 0 else self.since_plain + 1
+        if gain >= 1.0:
+            self.note, self.waited, self.wait = "", 0, PROBE_FIRST
+            return 0 if self.since_plain >= REMEASURE else best  # (now and then a plain step: its cost moves too)
+        if k and self.note:  # a probe that did not pay: wait longer before the next one
+            self.wait = min(PROBE_MOST, 2 * self.wait)
+        self.note = f"drafting paused: acceptance {self.acceptance:.0%} does not pay"
+        self.waited = 0 if k else self.waited + 1
+        return best if self.waited >= self.wait else 0  # (a probe: measure again)
+
+
+def _ema(old: float | None, new: float) -> float:
+    return new if old is None else old + EMA * (new - old)
