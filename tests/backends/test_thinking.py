@@ -243,3 +243,18 @@ def test_on_the_built_in_thinking_model_the_answer_sharpens_to_the_right_one():
     first, last = done.probes[0], done.probes[-1]
     assert last.leading == "863" and last.answer_probs[0] > 0.99 > first.answer_probs[0]
     assert done.settled is not None and done.settled > first.step
+
+
+def test_cli_no_think_renders_the_empty_span_and_closes_one_the_model_opens(folders, capsys):
+    from app.cli.main import main
+
+    backend = "torch" if installed("torch") else "mlx"
+    common = ["generate", "--model", str(folders["qwen3"]), "--backend", backend, "--max-tokens", "4", "--seed", "1",
+              "--no-think", "--json", "--logit-bias", "<think>=100"]  # (it opens a span at once: closed at once)
+    assert main([*common, "--chat", "--prompt", "47+38"]) == 0
+    *steps, summary = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(s["text"], s["span"], s["forced"]) for s in steps[:2]] == [("<think>", "think", None),
+                                                                         ("</think>", "think", "budget")]
+    assert summary["prompt_tokens"] > 0
+    assert main([*common[:-2], "--beams", "2", "--think-budget", "3", "--chat", "--prompt", "47+38"]) == 2
+    assert "leave out --beams" in capsys.readouterr().err

@@ -45,6 +45,7 @@ def varentropy(s: Sample) -> float | None:
     lp = _logprobs(s)
     if lp is None or lp.size == 0:
         return None
+    lp = lp[np.isfinite(lp)]  # (a candidate of probability 0, banned or cut to -inf, adds nothing)
     p = np.exp(lp)
     h = s.entropy if s.entropy is not None else float(-(p * lp).sum())
     return float((p * (-lp - h) ** 2).sum())

@@ -3,9 +3,10 @@ the window's model verifying them, and shows every round as the core recorded it
 
 One row per draft token: accepted (green) or rejected (red), with the draft's and the target's probability of
 it; then one row for the token the target drew itself (blue): from the residual after a rejection, or a bonus
-after all were kept; then the drafts discarded after a rejection (grey: never judged, no step of the run). A
-summary line gives the acceptance rate, tokens per target forward and, at the end, the speed against plain
-decoding of the same target (timed in the same request).
+after all were kept, or a plain step (pale blue: an adaptive run measuring one, or paused where drafting does not
+pay); then the drafts discarded after a rejection (grey: never judged, no step of the run). A summary line gives
+the acceptance rate, tokens per target forward, why drafting is paused if it is and, at the end, the speed
+against plain decoding of the same target (timed in the same request).
 The run is a run of the session (its tokens stream into the output like any run), named after its draft and k;
 the dock sends the request through the `Playground` and draws its `Drafted` / `Speculated` events. It computes no
 probability itself. What it drew is kept in the session (`Views.speculative`) and drawn again when it is reopened.
@@ -50,7 +51,7 @@ READY = "Pick a draft model and press Run: the window's model verifies what it p
 COLUMNS = ("round", "step", "token", "p draft", "p target", "verdict", "drawn instead")
 VERDICT_COLORS = {"accepted": QColor(46, 160, 67, 70), "rejected": QColor(214, 39, 40, 80),
                   "discarded": QColor(128, 128, 128, 50), "residual": QColor(31, 119, 180, 70),
-                  "bonus": QColor(31, 119, 180, 70)}
+                  "bonus": QColor(31, 119, 180, 70), "plain": QColor(31, 119, 180, 30)}
 
 
 def draft_rows(r: SpecRound) -> list[tuple[str, ...]]:
@@ -59,7 +60,7 @@ def draft_rows(r: SpecRound) -> list[tuple[str, ...]]:
     judged = r.accepted + (r.rejected is not None)
     rows = [_row(r, r.step + i, d, "accepted" if d.accepted else "rejected",
                  "" if d.accepted else visible(r.drawn_text)) for i, d in enumerate(r.drafts[:judged])]
-    kind = "residual" if r.residual else "bonus"
+    kind = "plain" if r.plain else "residual" if r.residual else "bonus"  # (plain: a step without drafts)
     rows.append((str(r.index), str(r.step + r.accepted), visible(r.drawn_text), "", format_prob(r.p_drawn), kind, ""))
     return rows + [_row(r, None, d, "discarded", "") for d in r.drafts[judged:]]
 
@@ -75,6 +76,10 @@ def summary_line(stats: SpecStats, summary: SpecSummary | None = None) -> str:
     per = "n/a" if stats.tokens_per_target_forward is None else f"{stats.tokens_per_target_forward:.2f}"
     line = (f"acceptance {rate} ({stats.accepted}/{stats.drafted} drafts) · {per} tokens per target forward · "
             f"{stats.tokens} tokens in {stats.rounds} rounds")
+    if stats.plain_rounds:
+        line += f" ({stats.plain_rounds} plain steps)"
+    if stats.note:
+        line += f" · {stats.note}"
     if summary is not None and summary.tokens_per_s is not None:
         line += f" · {summary.tokens_per_s:.1f} tok/s"
         if summary.plain_tokens_per_s is not None and summary.speedup is not None:
@@ -95,9 +100,10 @@ class SpecControls(QWidget):
         self.draft = QComboBox(editable=True, minimumContentsLength=24)
         self.draft.setToolTip("A model with exactly the window's model's tokenizer: those offered share its "
                               "tokenizer files; type any folder or hub id")
-        self.k = QSpinBox(minimum=0, maximum=K_MAX, value=4, specialValueText="adaptive")
-        self.k.setToolTip("Tokens the draft proposes per round (adaptive: one more after a round that kept them "
-                          "all, one fewer otherwise)")
+        self.k = QSpinBox(minimum=0, maximum=K_MAX, value=0, specialValueText="adaptive")
+        self.k.setToolTip("Tokens the draft proposes per round (adaptive: the length expected to save most, from "
+                          "the measured acceptance and the cost of a draft step against the model's; drafting "
+                          "pauses, for plain steps, where no length pays, and is tried again now and then)")
         self.compare = QCheckBox("Time plain decoding too", checked=True)
         self.compare.setToolTip("After the run, decode as many tokens with the model alone, for the speed ratio")
         self.run, self.stop = QPushButton("Run"), QPushButton("Stop", enabled=False)

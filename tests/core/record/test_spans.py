@@ -79,6 +79,8 @@ def test_varentropy_is_the_variance_of_the_surprise_and_zero_for_a_uniform_distr
     assert varentropy(_full([1.0] * 5)) == pytest.approx(0.0, abs=1e-6)
     reported = Sample.partial(0, -0.1, [0, 1], [math.log(0.5), math.log(0.5)])
     assert varentropy(reported) == pytest.approx(0.0, abs=1e-6) and confidence(reported)[1] == 2
+    banned = Sample.partial(0, -0.1, [0, 1, 2], [math.log(0.5), math.log(0.5), -math.inf])  # (a token banned: p 0)
+    assert varentropy(banned) == pytest.approx(0.0, abs=1e-6)  # it adds nothing, and no NaN
 
 
 def _steps(labels: list[str]) -> list[StepTrace]:

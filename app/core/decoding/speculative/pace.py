@@ -10,14 +10,16 @@ clock of its own (`rounds.one_round` times what it does and reports it here).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
 
 from app.core.record.spec_record import K_MAX
 
 K_START = 4  # the first draft length tried
 FIRST_DRAFTS = 3  # drafting rounds measured before the pace may pause
 DECAY = 0.8  # each round's weight in the acceptance counts, against the rounds before
-EMA = 0.3  # each measurement's weight in a cost's running estimate
+WINDOW = 9  # a cost is the median of its last this many measurements (one slow round on a busy machine is noise)
 PROBE_FIRST, PROBE_MOST = 16, 128  # plain steps before a probe round, doubled after each probe that did not pay
 REMEASURE = 24  # drafting rounds between two plain steps that measure a plain step's cost again
 
@@ -27,17 +29,33 @@ class Pace:
     """An adaptive run's draft length, round by round: `k` for the next round (0: a plain step) and `note`, why
     drafting is paused ("" while it drafts)."""
 
-    k: int = 0  # the first round is a plain step: it measures what drafting must beat
+    k: int = 0  # the first rounds are plain steps: they measure what drafting must beat
     note: str = ""
-    plain_s: float | None = None  # a plain step: the target over one position, its distribution, draw and record
-    draft_s: float | None = None  # one draft token: the draft's forward, its distribution and draw
-    verify_s: float = 0.0  # what each drafted position adds to the target's side of a round
+    plain: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))  # a plain step's seconds: the
+    # target over one position, its distribution, draw and record
+    draft: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))  # one draft token's: its forward,
+    # distribution and draw
+    verify: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))  # what each drafted position adds
+    # to the target's side of a round
     kept: float = 0.0  # drafts kept and judged, counts decayed round by round
     judged: float = 0.0
+    rounds: int = 0
     drafting_rounds: int = 0
     waited: int = 0  # plain steps since drafting paused (or since its last probe)
     wait: int = PROBE_FIRST
     since_plain: int = 0  # drafting rounds since the last plain step
+
+    @property
+    def plain_s(self) -> float | None:
+        return statistics.median(self.plain) if self.plain else None
+
+    @property
+    def draft_s(self) -> float | None:
+        return statistics.median(self.draft) if self.draft else None
+
+    @property
+    def verify_s(self) -> float:
+        return max(0.0, statistics.median(self.verify)) if self.verify else 0.0
 
     @property
     def acceptance(self) -> float:
@@ -60,14 +78,16 @@ class Pace:
 
     def measured(self, k: int, accepted: int, draft_s: float, target_s: float) -> None:
         """After a round of `k` drafts (0: a plain step) of which `accepted` were kept: its seconds drafting and on
-        the target's side (the verifying forward, the distributions, the rule, the records); sets the next `k`."""
-        if k == 0:
-            self.plain_s = _ema(self.plain_s, target_s)
-        else:
+        the target's side (the verifying forward, the distributions, the rule, the records); sets the next `k`.
+        The run's first round is not measured (its first step after the prefill runs on cold caches)."""
+        self.rounds += 1
+        if k == 0 and self.rounds > 1:
+            self.plain.append(target_s)
+        elif k:
             self.drafting_rounds += 1
-            self.draft_s = _ema(self.draft_s, draft_s / k)
+            self.draft.append(draft_s / k)
             if self.plain_s is not None:
-                self.verify_s = max(0.0, _ema(self.verify_s, (target_s - self.plain_s) / k))
+                self.verify.append((target_s - self.plain_s) / k)
             self.kept = DECAY * self.kept + accepted
             self.judged = DECAY * self.judged + accepted + (accepted < k)
         self.k = self._next(k)
@@ -88,6 +108,3 @@ class Pace:
         self.waited = 0 if k else self.waited + 1
         return best if self.waited >= self.wait else 0  # (a probe: measure again)
 
-
-def _ema(old: float | None, new: float) -> float:
-    return new if old is None else old + EMA * (new - old)

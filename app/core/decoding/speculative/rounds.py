@@ -223,9 +223,9 @@ def one_round(spec: Speculation, k: int, eos: frozenset[int], top_n: int, record
     lag = spec.ids[len(spec.draft.held):-1]  # (after plain steps: caught up in one forward, not timed as drafting)
     if k and lag:
         spec.draft.fill(lag)
-    started = time.perf_counter()
+    started = time.thread_time()  # (the CPU this thread spends: what another process's load does not move)
     drafts, q_rows = _propose(spec, k)
-    drafted = time.perf_counter()
+    drafted = time.thread_time()
     logits = spec.target.feed([spec.ids[-1], *drafts], "all")  # (k+1, V)
     if k == 0 and record:  # a plain step: drawn and recorded by the sampler in one pass, as plain decoding does
         p_rows, (verdict, samples) = logits[:0], _plain_step(spec, logits[0], top_n)
@@ -242,7 +242,7 @@ def one_round(spec: Speculation, k: int, eos: frozenset[int], top_n: int, record
     spec.draft.keep(spec.ids[:-1])
     note = spec.pace.note if spec.pace is not None and k == 0 else ""  # (why it drafted nothing: paused)
     if spec.pace is not None:
-        spec.pace.measured(k, min(verdict.kept, k), drafted - started, time.perf_counter() - drafted)
+        spec.pace.measured(k, min(verdict.kept, k), drafted - started, time.thread_time() - drafted)
     rnd = _round_record(spec, drafts, q_rows, p_rows, verdict, step, len(tokens), note)
     spec.rounds += 1
     return Turn(rnd, tuple(tokens), samples, k)
