@@ -119,5 +119,5 @@ def summary_dict(s: SpecSummary) -> dict[str, Any]:
             "target_forwards": st.target_forwards, "draft_forwards": st.draft_forwards,
             "acceptance_rate": st.acceptance_rate, "tokens_per_target_forward": st.tokens_per_target_forward,
             "num_draft": s.k, "decode_s": s.decode_s, "tokens_per_s": s.tokens_per_s,
-            "plain_tokens_per_s": s.plain_tokens_per_s, "speedup": s.speedup, "plain_rounds": st.plain_rounds,
-            "note": st.note}
+            "plain_tokens_per_s": s.plain_tokens_per_s, "speedup": s.speedup, "cpu_speedup": s.cpu_speedup,
+            "plain_rounds": st.plain_rounds, "note": st.note}

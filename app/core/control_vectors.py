@@ -175,3 +175,22 @@ def parse_layers(text: str, count: int | None = None) -> tuple[int, ...]:
     if count is not None and (past := [n for n in out if n >= count]):
         raise ValueError(f"layer {past[0]} is past this model's last layer ({count - 1})")
     return tuple(out)
+
+
+def parse_strengths(text: str) -> tuple[float, ...]:
+    """Strengths as typed, with commas (`0, 0.5, 1, 2`); a ValueError says what is wrong."""
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise ValueError(f"strengths are numbers with commas (1,2,4), got {text!r}") from None
+    if any(not math.isfinite(v) for v in values):
+        raise ValueError("strengths are finite numbers")
+    return values
+
+
+def parse_layer_sets(text: str) -> list[tuple[int, ...]]:
+    """The grid's rows as typed: sets of layers (`parse_layers`) apart by semicolons (`1; 2-3; 1,3`)."""
+    sets = [parse_layers(part) for part in text.split(";") if part.strip()]
+    if not sets:
+        raise ValueError("type at least one set of layers (3, 2-5; sets apart by semicolons)")
+    return sets

@@ -255,6 +255,12 @@ def test_cli_no_think_renders_the_empty_span_and_closes_one_the_model_opens(fold
     *steps, summary = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [(s["text"], s["span"], s["forced"]) for s in steps[:2]] == [("<think>", "think", None),
                                                                          ("</think>", "think", "budget")]
-    assert summary["prompt_tokens"] > 0
+    on = [a for a in common if a != "--no-think"]
+    assert main([*on, "--chat", "--prompt", "47+38"]) == 0
+    thinking = json.loads(capsys.readouterr().out.splitlines()[-1])
+    from backends.hf.tokenizer import load_tokenizer
+
+    empty = load_tokenizer(folders["qwen3"], LoadOptions()).encode("<think>\n\n</think>\n\n", add_special_tokens=False)
+    assert summary["prompt_tokens"] - thinking["prompt_tokens"] == len(empty)  # the template's empty span
     assert main([*common[:-2], "--beams", "2", "--think-budget", "3", "--chat", "--prompt", "47+38"]) == 2
     assert "leave out --beams" in capsys.readouterr().err

@@ -13,7 +13,14 @@ from typing import Any
 
 from app.cli.arguments import Parser, add_count, emit, fail, nonempty, read_prompt, status_line, text_arg, to_json
 from app.cli.flags import add_model_args, add_sampler_args, settings_from, spec_from
-from app.core.control_vectors import METHODS, ControlVector, VectorError, parse_layers, read_vector
+from app.core.control_vectors import (
+    METHODS,
+    ControlVector,
+    VectorError,
+    parse_layers,
+    parse_strengths,
+    read_vector,
+)
 from app.core.events import Failed, Finished
 from app.core.settings import SettingsError
 
@@ -67,12 +74,9 @@ def layers_arg(text: str) -> tuple[int, ...]:
 
 def strengths_arg(text: str) -> tuple[float, ...]:
     try:
-        values = tuple(float(v) for v in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"strengths are numbers with commas (1,2,4), got {text!r}") from None
-    if any(v != v or abs(v) == float("inf") for v in values):
-        raise argparse.ArgumentTypeError("strengths are finite numbers")
-    return values
+        return parse_strengths(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def main(argv: Sequence[str]) -> int:

@@ -97,6 +97,8 @@ class SpecSummary:
     decode_s: float  # the run's own seconds after the prefill (not the time its events waited for a reader)
     plain_tokens: int | None = None
     plain_decode_s: float | None = None
+    decode_cpu_s: float | None = None  # the same spans in the model thread's CPU seconds (what another process's
+    plain_decode_cpu_s: float | None = None  # load on the machine does not move)
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -113,3 +115,10 @@ class SpecSummary:
         """Speculative tokens/s over plain decoding's (>1: faster)."""
         spec, plain = self.tokens_per_s, self.plain_tokens_per_s
         return spec / plain if spec and plain else None
+
+    @property
+    def cpu_speedup(self) -> float | None:
+        """`speedup` in CPU seconds: speculative tokens per CPU second over plain decoding's."""
+        if not (self.decode_cpu_s and self.plain_decode_cpu_s and self.plain_tokens and self.stats.tokens):
+            return None
+        return (self.stats.tokens / self.decode_cpu_s) / (self.plain_tokens / self.plain_decode_cpu_s)

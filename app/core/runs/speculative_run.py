@@ -85,18 +85,19 @@ def run_speculative(target: LoadedModel, draft: LoadedModel, request: Request,
                        k=request.draft_k, pace=Pace() if request.draft_k == ADAPTIVE else None, grammar=grammar)
     steps = _steps_allowed(request.settings.max_tokens, len(ids), target.info.context_length)
     eos = frozenset() if request.ignore_eos else target.tokenizer.eos_ids
-    stats, busy = SpecStats(), 0.0  # busy: the run's own seconds after the prefill (not its readers')
+    stats, busy = SpecStats(), [0.0, 0.0]  # busy: the run's own wall and CPU seconds after the prefill
     turns = speculate(spec, steps=steps, eos=eos, top_n=request.top_n, record=request.record, cancel=cancel)
     while run.reason is None:
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.thread_time()
         if (turn := next(turns, None)) is None:
             break
         stats = stats.add(turn.round, turn.draft_forwards)
         events = [Drafted(request.id, turn.round, stats, request.id),
                   *_take(run, turn, eos, target.cache_bytes(spec.target.cache))]
-        busy += time.perf_counter() - t
-        yield from events
-    yield from _finish(target, run, spec, stats, steps, busy, cancel)
+        busy[0] += time.perf_counter() - t
+        busy[1] += time.thread_time() - cpu
+        yield from events  # (the time the events wait for their reader is not the run's)
+    yield from _finish(target, run, spec, stats, steps, (busy[0], busy[1]), cancel)
 
 
 def _take(run: _Text, turn: Turn, eos: frozenset[int], kv: int) -> Iterator[Step]:
@@ -123,14 +124,15 @@ def _steps(run: _Text, released: list, kv: int) -> Iterator[Step]:
         yield Step(rid, step, token, piece, trace, kv, rid)
 
 
-def _finish(target: LoadedModel, run: _Text, spec: Speculation, stats: SpecStats, steps: int, decode_s: float,
-            cancel: threading.Event) -> Iterator[Event]:
+def _finish(target: LoadedModel, run: _Text, spec: Speculation, stats: SpecStats, steps: int,
+            busy: tuple[float, float], cancel: threading.Event) -> Iterator[Event]:
     kv = target.cache_bytes(spec.target.cache)
     yield from _steps(run, run.hold.finish(run.decoder.flush()), kv)
-    summary = SpecSummary(stats, run.request.draft_k, decode_s)
+    summary = SpecSummary(stats, run.request.draft_k, busy[0], decode_cpu_s=busy[1])
     if run.request.compare_plain and stats.tokens and not cancel.is_set():
-        n, seconds = time_plain(target, spec.ids[: spec.prompt_len], run.request, run.trace.seed, stats.tokens, cancel)
-        summary = SpecSummary(stats, run.request.draft_k, decode_s, n, seconds)
+        n, seconds, cpu = time_plain(target, spec.ids[: spec.prompt_len], run.request, run.trace.seed, stats.tokens,
+                                     cancel)
+        summary = SpecSummary(stats, run.request.draft_k, busy[0], n, seconds, busy[1], cpu)
     yield Speculated(run.request.id, summary, run.request.id)
     ended = spec.ended if run.reason is None else None  # (a grammar that ended the run: complete, or stuck)
     reason: FinishReason = run.reason or (  # type: ignore[assignment]
@@ -143,19 +145,21 @@ def _finish(target: LoadedModel, run: _Text, spec: Speculation, stats: SpecStats
 
 
 def time_plain(target: LoadedModel, ids: list[int], request: Request, seed: int, tokens: int,
-               cancel: threading.Event | None = None) -> tuple[int, float]:
+               cancel: threading.Event | None = None) -> tuple[int, float, float]:
     """Plain decoding of `tokens` tokens by the target alone (same prompt, settings and seed, EOS ignored) on a plain
     run's own path (`generate`: the token loop, then each token's text, step record and event, as the speculative
-    run's rounds pay theirs): the tokens drawn and the seconds after its prefill. Its events are read here, at once;
-    the speculative run's time leaves out the time its events wait for their reader alike."""
+    run's rounds pay theirs): the tokens drawn, and the wall and CPU seconds after its prefill. Its events are read
+    here, at once: the speculative run's seconds leave out the time its events wait for their reader alike."""
     plain = Request(prompt_ids=tuple(ids), settings=request.settings.with_(max_tokens=tokens, seed=seed),
                     top_n=request.top_n, record=request.record, ignore_eos=True)
-    n, t0, done = 0, None, cancel or threading.Event()
-    for ev in generate(target, plain, done):
+    n, start = 0, None
+    for ev in generate(target, plain, cancel or threading.Event()):
         if isinstance(ev, Prefilled):
-            t0 = time.perf_counter()
+            start = time.perf_counter(), time.thread_time()
         n += isinstance(ev, Step)
-    return n, 0.0 if t0 is None else time.perf_counter() - t0
+    if start is None:
+        return n, 0.0, 0.0
+    return n, time.perf_counter() - start[0], time.thread_time() - start[1]
 
 
 def _steps_allowed(max_tokens: int, prompt_len: int, context_length: int) -> int:

@@ -189,10 +189,10 @@ class TimelineChart(ThemedPlot):
         p, h = self._p[: self.n], self._h[: self.n]
         for item, v in ((self.prob, p), (self.entropy, h), (self.varentropy, self._v[: self.n])):
             _set_known(item, x, v)
-        h = np.maximum(finite(h), finite(self._v[: self.n]))  # (the right axis holds both)
-        marked = uncertain_steps(self._h[: self.n], above=self.uncertain_above)
-        self.marks.setData(marked, [MARK_ROW[0]] * len(marked), data=h[marked] if marked else [])
-        top = max(1.0, float(h.max()) * 1.05 if self.n else 1.0)
+        axis = np.maximum(finite(h), finite(self._v[: self.n]))  # (the right axis holds both)
+        marked = uncertain_steps(h, above=self.uncertain_above)
+        self.marks.setData(marked, [MARK_ROW[0]] * len(marked), data=h[marked] if marked else [])  # the entropy
+        top = max(1.0, float(axis.max()) * 1.05 if self.n else 1.0)
         self.vb2.setYRange(0, top * MARK_ROW[1], padding=0)  # the curves under the marks' row, as p's are
         self.getPlotItem().setXRange(0, max(self.n - 1, 10), padding=0.02)
         self.spans.show(self.span_stats(), self.forced, 1.0)  # (labels hang below p = 1, under the marks' row)

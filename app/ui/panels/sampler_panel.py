@@ -326,7 +326,8 @@ class SamplerPanel(QWidget):
         self.state.set_settings(s)
 
     def reset_all(self) -> None:
-        self.state.set_settings(SamplerSettings(seed=self.state.settings.seed))
+        # (the chat's Think box is the prompt's: kept, as the seed is)
+        self.state.set_settings(SamplerSettings(seed=self.state.settings.seed, think=self.state.settings.think))
 
     def _edited(self) -> None:
         """An editor changed: the state takes the settings shown, or learns why they are not valid."""

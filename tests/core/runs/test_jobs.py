@@ -65,7 +65,7 @@ def test_run_ids_count_on_by_one_whatever_else_took_an_id():
 
 def test_each_strategy_is_a_row_and_a_request_picks_plain_or_speculative():
     assert set(runners.RUNNERS) == {"plain", "speculative", "together", "load", "score", "beam", "diff",
-                                    "think_probes", "multiverse"}
+                                    "think_probes", "multiverse", "lens", "attention", "steer_vector"}
     assert runners.kind_of(Request()) == "plain"
     assert runners.kind_of(Request(draft=ModelSpec("builtin-draft"))) == "speculative"
 

@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QToolButton
 from app.core.decoding.inside import LIVE_K, AttentionMap, LensGrid
 from app.ui.formatting import visible
 from app.ui.main_window import MainWindow
-from app.ui.tools.inside.lens_view import FLOOR, LensView
+from app.ui.tools.inside.lens_view import FLOOR, LensView, percent
 from tests.ui.conftest import RUN_TIMEOUT
 
 
@@ -53,8 +53,8 @@ def test_the_lens_view_draws_the_live_lens_then_the_full_lens(qtbot, window) -> 
         view.full.click()
     g = view.look.result
     assert g.step == 2 and g.token_id == step.token_id and g.layers == 3
-    assert cells(view) == [[f"{visible(t)[:12]} {p:.2f}" for t, p in zip(g.top_texts[r], g.top_probs[r], strict=True)]
-                           for r in range(g.layers)]
+    assert cells(view) == [[f"{visible(t)[:12]}\n{percent(p)}" for t, p in zip(g.top_texts[r], g.top_probs[r],
+                                                                                strict=True)] for r in range(g.layers)]
     _, y = view.curve.line.getOriginalDataset()
     np.testing.assert_allclose(y, np.clip(g.token_probs, FLOOR, 1.0))
     assert view.curve.lead.isVisible() == (g.appears is not None)
@@ -93,3 +93,8 @@ def test_the_step_panel_opens_the_lens_at_the_step_shown(qtbot, window) -> None:
     assert isinstance(view, LensView)
     qtbot.waitUntil(lambda: isinstance(view.look.result, LensGrid), timeout=RUN_TIMEOUT)
     assert view.look.result.step == 1
+
+
+def test_a_full_lens_cell_says_its_probability_as_a_short_percentage() -> None:
+    shown = [percent(p) for p in (1.0, 0.22, 0.0996, 0.045, 0.003, 0.0002, 0.0)]
+    assert shown == ["100%", "22%", "10%", "4.5%", "0.3%", "<0.1%", "0%"]

@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from app.core.record.spec_record import K_MAX
 
-K_START = 4  # the first draft length tried
+K_START = 2  # the first draft length tried (rounds of it measure the draft before the pace chooses)
 FIRST_DRAFTS = 3  # drafting rounds measured before the pace may pause
-DECAY = 0.8  # each round's weight in the acceptance counts, against the rounds before
+DECAY = 0.95  # each round's weight in the acceptance counts, against the rounds before
 WINDOW = 9  # a cost is the median of its last this many measurements (one slow round on a busy machine is noise)
-PROBE_FIRST, PROBE_MOST = 16, 128  # plain steps before a probe round, doubled after each probe that did not pay
+PROBE_FIRST, PROBE_MOST = 8, 64  # plain steps before a probe round, doubled after each probe that did not pay
+KEEP_ABOVE = 0.97  # drafting goes on while its expected gain is above this (an estimate near 1 is noise: drafting
+# that costs a little is paused only when it clearly does not pay); a paused run drafts again at a gain of 1
 REMEASURE = 24  # drafting rounds between two plain steps that measure a plain step's cost again
 
 
@@ -64,17 +67,20 @@ class Pace:
 
     def gain(self, k: int) -> float | None:
         """Expected tokens/s of k drafts per round over plain decoding's (None: not measured yet)."""
-        if self.plain_s is None or self.draft_s is None:
-            return None
-        a = self.acceptance
-        tokens = k + 1 if a >= 1 else (1 - a ** (k + 1)) / (1 - a)
-        return tokens * self.plain_s / (k * self.draft_s + self.plain_s + k * self.verify_s)
+        return self._gains([k])[0][0] if self.plain and self.draft else None
 
     def best(self) -> tuple[int, float]:
         """The draft length expected to gain most, and its gain (1.0 before any measurement)."""
-        gains = [(self.gain(k) or 1.0, k) for k in range(1, K_MAX + 1)]
-        gain, k = max(gains)
+        if not (self.plain and self.draft):
+            return K_START, 1.0
+        gain, k = max(self._gains(range(1, K_MAX + 1)))
         return k, gain
+
+    def _gains(self, ks: Iterable[int]) -> list[tuple[float, int]]:
+        a, plain, draft, verify = self.acceptance, self.plain_s, self.draft_s, self.verify_s
+        assert plain is not None and draft is not None
+        return [((k + 1 if a >= 1 else (1 - a ** (k + 1)) / (1 - a)) * plain / (k * draft + plain + k * verify), k)
+                for k in ks]
 
     def measured(self, k: int, accepted: int, draft_s: float, target_s: float) -> None:
         """After a round of `k` drafts (0: a plain step) of which `accepted` were kept: its seconds drafting and on
@@ -99,7 +105,7 @@ class Pace:
             return K_START
         best, gain = self.best()
         self.since_plain = 0 if k == 0 else self.since_plain + 1
-        if gain >= 1.0:
+        if gain >= (1.0 if self.note else KEEP_ABOVE):
             self.note, self.waited, self.wait = "", 0, PROBE_FIRST
             return 0 if self.since_plain >= REMEASURE else best  # (now and then a plain step: its cost moves too)
         if k and self.note:  # a probe that did not pay: wait longer before the next one

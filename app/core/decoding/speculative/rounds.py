@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from app.core.decoding.generation import common_prefix
+from app.core.decoding.loop import Row, decode, token_of
 from app.core.decoding.prefill import ChunkedForward
 from app.core.decoding.speculative.pace import Pace
 from app.core.record.record import Sample
@@ -32,7 +33,7 @@ from app.core.sampler.pipeline import Dist, History, make_stages, run_stages, sa
 from app.core.sampler.sampling import U_MAX, NoValidTokenError, sample
 from app.core.settings import SamplerSettings, SettingsError
 from backends.base import LoadedModel, ModelLoadError
-from backends.ops import NUMPY
+from backends.ops import NUMPY, ArrayOps
 
 ADAPTIVE = 0  # draft_k 0: the draft length follows what drafting is measured to save (`pace.Pace`)
 NO_UNIFORMS = NUMPY.f32([0.0, 0.0])  # the pipeline's per-step uniforms: no stage reads them once XTC is refused
@@ -46,11 +47,24 @@ def final_probs(logits: np.ndarray, settings: SamplerSettings, history: History 
     s, stages = _stages(settings, logits.shape[-1])
     with np.errstate(all="ignore"):
         raw = sanitize(NUMPY, logits)
+        if stages[0][0] == "greedy" and history is None and mask is None:  # (what follows greedy keeps its token)
+            return _one_hot(raw)
         hist = (history.context, history.generated) if history is not None else ()
         cuts = run_stages(NUMPY, stages, s, raw, NO_UNIFORMS, *hist, mask=None if mask is None else NUMPY.f32(mask))
         p = Dist(NUMPY, cuts[-1].x).p
     if not np.isfinite(p).all():
         raise NoValidTokenError("the model produced no finite logits (NaN or infinity): try float32")
+    return p
+
+
+def _one_hot(raw: np.ndarray) -> np.ndarray:
+    """Greedy's distribution without running the stages: all of it on the first of the largest logits (the top-1
+    cut's tie rule)."""
+    top = int(np.argmax(raw))
+    if not np.isfinite(raw[top]):
+        raise NoValidTokenError("the model produced no finite logits (NaN or infinity): try float32")
+    p = np.zeros(raw.shape[-1], dtype=np.float32)
+    p[top] = 1.0
     return p
 
 
@@ -178,21 +192,21 @@ class Speculation:
     grammar: Matcher | None = None  # a constraint's: drafts and the target's draws alike keep to what it allows
     ended: GrammarEnded | None = None  # why the grammar ended the run (then no round follows)
 
-    def history(self, extra: Sequence[int] = ()) -> History | None:
-        """Penalty counts at the position after the kept tokens and `extra` (None: no penalties)."""
+    def history(self, extra: Sequence[int] = (), ops: ArrayOps = NUMPY) -> History | None:
+        """Penalty counts at the position after the kept tokens and `extra` (None: no penalties), on `ops`."""
         if not self.settings.uses_penalties:
             return None
-        return History.start(NUMPY, self.vocab, self.ids[: self.prompt_len], [*self.ids[self.prompt_len:], *extra])
+        return History.start(ops, self.vocab, self.ids[: self.prompt_len], [*self.ids[self.prompt_len:], *extra])
 
     def mask(self, extra: Sequence[int] = ()) -> np.ndarray | None:
         """What the grammar allows at the position after the kept tokens and `extra` (None: no constraint)."""
         return None if self.grammar is None else self.grammar.mask([*self.ids, *extra])
 
-    def recording(self, extra: Sequence[int]) -> History | None:
+    def recording(self, extra: Sequence[int], ops: ArrayOps = NUMPY) -> History | None:
         """The history a step's record is made with there: the penalties' counts, and the grammar."""
         if self.grammar is None:
-            return self.history(extra)
-        history = self.history(extra) or History.start(NUMPY, self.vocab, self.ids, extra)
+            return self.history(extra, ops)
+        history = self.history(extra, ops) or History.start(ops, self.vocab, self.ids, extra)
         history.grammar = self.grammar
         return history
 
@@ -210,18 +224,49 @@ def speculate(spec: Speculation, *, steps: int, eos: frozenset[int], top_n: int 
             spec.ended = ended  # complete (as with EOS), or allowing no token
             return
         k = spec.k if spec.pace is None else spec.pace.k
-        turn = one_round(spec, min(k, steps - added - 1), eos, top_n, record, added)
-        added += len(turn.tokens)
-        yield turn
-        if turn.tokens[-1] in eos:
-            return
+        paused = k == 0 and spec.pace is not None and spec.pace.note != ""
+        turns = plain_steps(spec, steps - added, eos, top_n, record, added, cancel) if paused else iter(
+            [one_round(spec, min(k, steps - added - 1), eos, top_n, record, added)])
+        for turn in turns:
+            added += len(turn.tokens)
+            yield turn
+            if turn.tokens[-1] in eos:
+                return
+
+
+def plain_steps(spec: Speculation, steps: int, eos: frozenset[int], top_n: int, record: bool, step: int,
+                cancel: threading.Event | None) -> Iterator[Turn]:
+    """While an adaptive run's drafting is paused: plain steps on plain decoding's own loop (`decoding.decode`, the
+    same seeded draws), a `Turn` each, until the pace asks for a probe round or the run ends. Each step's seconds
+    (this thread's, as `one_round` counts) go to the pace."""
+    assert spec.pace is not None
+    lane, text = spec.target, spec.target.model.tokenizer.token_text
+    row = Row(spec.rng, history=spec.recording((), lane.model.ops))
+    logits = lane.model.forward([[spec.ids[-1]]], lane.cache)
+    t = time.thread_time()
+    try:
+        for outs in decode(lane.model, logits, lane.cache, spec.settings, [row], steps=steps, top_n=top_n,
+                           record=record, cancel=cancel):
+            out = outs[0]
+            assert out is not None
+            token, note = token_of(out), spec.pace.note
+            spec.ids.append(token)
+            spec.pace.measured(0, 0, 0.0, time.thread_time() - t)
+            row.done = token in eos or spec.pace.k > 0  # (done: `decode` feeds it no further token)
+            p = out.prob if isinstance(out, Sample) else float("nan")  # (NaN: not recorded)
+            rnd = SpecRound(spec.rounds, step, (), token, text(token), p, False, 1, note)
+            spec.rounds, step = spec.rounds + 1, step + 1
+            yield Turn(rnd, (token,), (out if isinstance(out, Sample) else None,), 0)
+            t = time.thread_time()
+    finally:  # the target's cache holds what `decode` fed it: the tokens kept but the last, as after a round
+        lane.held = spec.ids[: lane.length]
 
 
 def one_round(spec: Speculation, k: int, eos: frozenset[int], top_n: int, record: bool, step: int) -> Turn:
     """Draft k tokens, verify them in one target forward, keep what the rule keeps, trim both caches (k 0: a plain
     step, the target's own draw). An adaptive run's pace is told what the round cost."""
-    lag = spec.ids[len(spec.draft.held):-1]  # (after plain steps: caught up in one forward, not timed as drafting)
-    if k and lag:
+    lag = spec.ids[len(spec.draft.held):-1]  # (after plain steps: caught up in one forward, not timed as drafting;
+    if k and len(lag) > 2:  # a token or two the first draft step feeds with the last, as after a round)
         spec.draft.fill(lag)
     started = time.thread_time()  # (the CPU this thread spends: what another process's load does not move)
     drafts, q_rows = _propose(spec, k)

@@ -51,9 +51,17 @@ def heat(p: float) -> QColor:
     return c
 
 
+def percent(p: float) -> str:
+    """A full lens cell's probability, short enough for a narrow column: 22%, 4.5%, 0.3%, <0.1% (the tooltip has it
+    in full)."""
+    x = 100 * p
+    return "0%" if p == 0 else f"{x:.0f}%" if x >= 9.95 else f"{x:.1f}%" if x >= 0.095 else "<0.1%"
+
+
 class LensTable(QTableWidget):
-    """Rows: the embeddings, then each layer. Full lens: a column per rank, each cell a token and its probability.
-    Live lens: a column per candidate of the step, each cell its share among them."""
+    """Rows: the embeddings, then each layer. Full lens: a column per rank, each cell a token over its probability
+    (two lines, the token elided where the column is narrow). Live lens: a column per candidate of the step, each cell
+    its share among them."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -66,11 +74,11 @@ class LensTable(QTableWidget):
 
     def show_grid(self, g: LensGrid) -> None:
         k = g.top_ids.shape[1]
-        self._shape(g.layer_names, [f"#{i + 1}" for i in range(k)])
+        self._shape(g.layer_names, [f"#{i + 1}" for i in range(k)], lines=2)
         for r, name in enumerate(g.layer_names):
             for c in range(k):
                 text, p, t = g.top_texts[r][c], float(g.top_probs[r, c]), int(g.top_ids[r, c])
-                self._cell(r, c, f"{visible(text)[:12]} {p:.2f}", p, t == g.token_id,
+                self._cell(r, c, f"{visible(text)[:12]}\n{percent(p)}", p, t == g.token_id,
                            f"layer {name}: <code>{html.escape(visible(text))}</code> p = {format_prob(p)} (rank {c})")
 
     def show_live(self, lens: LiveLens, texts: list[str], drawn: int) -> None:
@@ -83,8 +91,10 @@ class LensTable(QTableWidget):
                 self._cell(r, c, f"{s:.2f}", s, t == drawn, f"layer {name}: <code>{html.escape(visible(texts[c]))}"
                            f"</code> share {format_prob(s)} among these {len(texts)}, logit {lens.logits[r, c]:.3g}")
 
-    def _shape(self, rows: list[str] | tuple[str, ...], cols: list[str]) -> None:
+    def _shape(self, rows: list[str] | tuple[str, ...], cols: list[str], lines: int = 1) -> None:
+        """Rows and columns named, emptied; a row at least `lines` lines high (many layers: the table scrolls)."""
         self.clear()
+        self.verticalHeader().setMinimumSectionSize(max(16, lines * self.fontMetrics().lineSpacing() + 6))
         self.setRowCount(len(rows))
         self.setColumnCount(len(cols))
         self.setVerticalHeaderLabels(list(rows))
@@ -92,6 +102,7 @@ class LensTable(QTableWidget):
 
     def _cell(self, r: int, c: int, text: str, p: float, drawn: bool, tip: str) -> None:
         item = QTableWidgetItem(text)
+        item.setTextAlignment(Qt.AlignmentFlag.AlignCenter)
         item.setBackground(QBrush(heat(p)))
         item.setToolTip(tip)
         if drawn:

@@ -3,6 +3,7 @@ component), load and save it as llama.cpp's control-vector GGUF, choose the laye
 to the residual stream's norm there), and run the window's prompt and sampler steered, then unsteered with the same
 seed (`steer_vector`, then `plain` twice, on the model thread). It draws the records: both texts, each step's KL from
 the unsteered model as a curve, where the steered draw first left the twin's, the tokens moved at the step clicked.
+Its second tab runs the prompt under a strength × layer grid of the vector (`steer_grid_view`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QPushButton,
     QSplitter,
+    QTabWidget,
     QTextEdit,
     QVBoxLayout,
     QWidget,
@@ -46,6 +48,7 @@ from app.core.record.steer_record import summary_line
 from app.core.stage_inputs import Steering
 from app.ui.charts.shared import DRAWN
 from app.ui.formatting import format_prob, visible
+from app.ui.tools.inside.steer_grid_view import SteerGridView
 from app.ui.tools.inside.steer_widgets import KlCurve, PairsEditor
 from app.ui.viewmodel.model_job import ModelJob
 
@@ -70,6 +73,7 @@ class SteerView(QDockWidget):
         self.twin: RunTrace | None = None
         self._folder = tempfile.mkdtemp(prefix="logitlab-vectors-")  # the vectors made here: gone with the view
         weakref.finalize(self, shutil.rmtree, self._folder, ignore_errors=True)
+        self.grid = SteerGridView(playground, lambda: self.job.running)  # the Grid tab: strengths × layer sets
         self._build()
         self.job = ModelJob(playground, self)
         self.job.event.connect(self._on_event)
@@ -149,7 +153,10 @@ class SteerView(QDockWidget):
         col.addLayout(steer)
         col.addWidget(self.relative)
         col.addWidget(self.status)
-        col.addWidget(body, 1)
+        self.tabs = QTabWidget()
+        self.tabs.addTab(body, "Steered beside its twin")
+        self.tabs.addTab(self.grid, "Strength × layer grid")
+        col.addWidget(self.tabs, 1)
         return page
 
     # the vector --------------------------------------------------------------------------------------------------
@@ -179,6 +186,7 @@ class SteerView(QDockWidget):
         if not self.layers.text().strip() or not self._layers():
             self.layers.setText(str(layers[len(layers) // 2]))  # the middle one: where steering usually reads best
         self.buttons["Save…"].setEnabled(True)
+        self.grid.set_vector(vector, path)
         self._show_relative()
 
     def _load(self) -> None:
