@@ -199,7 +199,7 @@ class TorchModel(TorchLayers, TorchSteering):  # (the lens and attention: torch/
             out = self.model(input_ids=ids, **{self._cache_arg: cache}, use_cache=True,
                              logits_to_keep=0 if positions == "all" else 1)
             logits = out.logits.float() if positions == "all" else out.logits[:, -1].float()
-        return logits.numpy() if self.device.type == "cpu" else logits  # (the CPU's sampler runs on numpy)
+        return logits if isinstance(self.ops, TorchOps) else logits.numpy()  # (the CPU's sampler runs on numpy)
 
     def cache_len(self, cache: Any) -> int:
         return cache.get_seq_length()
