@@ -1,5 +1,5 @@
 """How the output shows a thinking model's think span: its tokens in italics, greyed over a faded shade, and folded
-into one line while "Show thinking" is off. It reads each step's recorded span (`StepTrace.span`); which tokens are
+into one line while "Thinking" is off. It reads each step's recorded span (`StepTrace.span`); which tokens are
 thinking is the core's word, never guessed from the text here.
 """
 
@@ -44,7 +44,7 @@ def fold_text(tokens: int | None, forced: bool = False) -> str:
     if tokens is None:
         return "[thinking…] "
     cut = ", closed by the budget" if forced else ""
-    return f"[thought for {tokens} tokens{cut} — Show thinking to read it] "
+    return f"[thought for {tokens} tokens{cut} — press Thinking to read it] "
 
 
 def folded_span(steps: Sequence[Step], first: int, ended: bool) -> tuple[int | None, bool]:
@@ -64,7 +64,7 @@ class ThinkFold:
     def __init__(self) -> None:
         self.folded = False
         self.inside = False
-        self.seen = False  # a step of a think span was shown: the output offers "Show thinking"
+        self.seen = False  # a step of a think span was shown: the output offers "Thinking"
 
     def reset(self) -> None:
         self.inside = False

@@ -298,7 +298,7 @@ class TokenView(QWidget):
         self.branch_note = QLabel(styleSheet="color: gray")
         self.branch_note.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # cut, not widened
         legend.addWidget(self.branch_note, 1)
-        self.thinking = QToolButton(text="Show thinking", checkable=True, checked=True, visible=False,
+        self.thinking = QToolButton(text="Thinking", checkable=True, checked=True, visible=False,
                                     toolTip="A thinking model's think span: shown (italic, muted) or folded into "
                                     "one line")
         self.thinking.toggled.connect(self.show_thinking)
