@@ -26,7 +26,7 @@ from app.core.codegen.snippets import (
 )
 from app.core.decoding.generation import generate
 from app.core.events import Message, Request, Step
-from app.core.models.sources import BUILTIN_PATH
+from app.core.models.sources import BUILTIN_PATH, BUILTIN_THINKING_PATH
 from app.core.settings import SamplerSettings, StageOrder
 from backends import get_backend, installed
 from backends.base import LoadOptions
@@ -83,6 +83,15 @@ def test_a_chat_snippet_renders_the_template_as_the_app_does(engine, tiny_path):
     want = app_text(backend.load(tiny_path, LoadOptions(dtype="float32")), settings, "", messages)
     code = SNIPPET[name](CodeRequest(settings, messages=messages, model=str(tiny_path))).code
     assert "apply_chat_template" in code and run(code) == want + "\n"
+
+
+def test_a_chat_snippet_with_thinking_off_tells_the_template_as_the_app_does(engine):
+    name, backend, _ = engine
+    messages = (Message("user", "478+385"),)
+    settings = CASES["greedy"].with_(think=False)
+    want = app_text(backend.load(BUILTIN_THINKING_PATH, LoadOptions(dtype="float32")), settings, "", messages)
+    code = SNIPPET[name](CodeRequest(settings, messages=messages, model=str(BUILTIN_THINKING_PATH))).code
+    assert "enable_thinking=False" in code and run(code) == want + "\n"
 
 
 def comments(code: str) -> str:
