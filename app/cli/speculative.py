@@ -105,7 +105,8 @@ def _summarize(ev: Finished, summary: SpecSummary | None, args: argparse.Namespa
              f"{per:.2f} tokens per target forward" if per is not None else "",
              f"{line['tokens_per_s']:.1f} tok/s" if line.get("tokens_per_s") else ""]
     if line.get("speedup"):
-        parts.append(f"plain decoding {line['plain_tokens_per_s']:.1f} tok/s: x{line['speedup']:.2f}")
+        cpu = f" (CPU time x{line['cpu_speedup']:.2f})" if line.get("cpu_speedup") else ""
+        parts.append(f"plain decoding {line['plain_tokens_per_s']:.1f} tok/s: x{line['speedup']:.2f}{cpu}")
     if line.get("plain_rounds"):
         parts.append(f"{line['plain_rounds']} of {line['rounds']} rounds plain steps")
     if line.get("note"):

@@ -7,10 +7,12 @@ RoPE variant it supports is right), SDPA with grouped KV heads, and nothing else
 equal length (no padding): activations run as (B·T, hidden), attention per row. Used only for plain decoder
 configs (`supports`); everything else runs through transformers. Tested for logit parity against transformers.
 
-Weights are stored input-major, (in, out), and multiplied as `x @ w`: on a CPU a decode step is one
-matrix-vector product per weight, and BLAS reads this layout ~1.35x faster than `F.linear`'s (out, in)
-(0.1B model's matrices: 17.4 vs 23.6 ms). The transformers modules are re-pointed at views of the same
-storage, so the weights exist once; on a GPU the layout is left as is (a transposed view, no copy).
+Weights are multiplied as `x @ w` with w (in, out); how they are stored depends on the dtype (`input_major_for`).
+float32 on a CPU: re-laid input-major, (in, out) contiguous, where MKL's products of 4 rows or more (`--n`, a
+speculative verify, a prefill chunk) run faster than in `F.linear`'s layout and one row runs level with it.
+Half precisions, and any dtype on a GPU: left in `F.linear`'s (out, in) layout (a transposed view, no copy), which
+oneDNN's bf16 / f16 products read 1.2-1.3x faster at every row count (`benchmarks/layout.py`). The transformers
+modules are re-pointed at views of the same storage, so the weights exist once.
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ def supports(model: Any) -> bool:
 
 
 def input_major_for(device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether to re-lay the weights out input-major (a copy): on a CPU in float32 only. Half precisions read
-    faster in `F.linear`'s (out, in) layout at every row count (oneDNN's bf16 / f16 kernels)."""
+    """Whether to re-lay the weights out input-major (a copy): on a CPU in float32 only (see the module's
+    docstring for the measurements)."""
     return device.type == "cpu" and dtype == torch.float32
 
 

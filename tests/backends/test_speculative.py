@@ -18,7 +18,7 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from app.core.decoding.generation import generate
-from app.core.decoding.speculative.pace import K_START
+from app.core.decoding.speculative.pace import K_START, Pace
 from app.core.decoding.speculative.rounds import Speculation, final_probs, prefill, speculate
 from app.core.events import Drafted, Failed, Finished, Request, Speculated, Step
 from app.core.models.sources import BUILTIN_NAME, BUILTIN_PATH, ModelSpec
@@ -161,6 +161,69 @@ def test_sampled_output_is_distributed_as_the_targets_own_sampling(pair):
     draft_joint = exact_two_token_joint(draft, ids, settings)
     assert 0.5 * sum(abs(want.get(c, 0) - draft_joint.get(c, 0)) for c in set(want) | set(draft_joint)) > 0.5
     assert 0.4 < accepted / drafted < 0.8  # both the acceptance and the residual path were taken, often
+
+
+class Scripted(Pace):
+    """A pace that follows a script of draft lengths (0: a plain step, paused when the script says "paused"), then
+    plain steps: what an adaptive run may do, whatever its clock measured, on demand."""
+
+    def __init__(self, script: list[int | str]) -> None:
+        super().__init__()
+        self.script = iter(script)
+
+    def _next(self, k: int) -> int:
+        step = next(self.script, 0)
+        self.note = "drafting paused: scripted" if step == "paused" else ""
+        return 0 if step == "paused" else int(step)
+
+
+SCRIPT = [3, 0, 2, "paused", "paused", "paused", 1, "paused", 4, 0, "paused", "paused", 2, 2]
+
+
+def test_a_run_that_pauses_and_probes_keeps_the_targets_greedy_output(pair):
+    """Drafting rounds, plain steps of a round, a paused stretch on plain decoding's own loop, probes: greedy output
+    is the target's greedy output token for token, and both caches hold the tokens kept after every round."""
+    target, draft = pair
+    greedy = SamplerSettings(temperature=0, repetition_penalty=1.3, max_tokens=30)
+    want = tokens_of(generate(target, Request(prompt=PROMPT, settings=greedy, ignore_eos=True), threading.Event()))
+    ids = target.tokenizer.encode(PROMPT)
+    spec = Speculation(*prefill(target, draft, ids), greedy, np.random.default_rng(0), list(ids), len(ids),
+                       pace=Scripted(SCRIPT))
+    turns = []
+    for turn in speculate(spec, steps=30, eos=frozenset()):
+        turns.append(turn)
+        for lane in (spec.target, spec.draft):  # each cache holds what its lane says: the tokens kept, a prefix
+            assert lane.length == len(lane.held) and lane.held == spec.ids[: lane.length]
+        assert spec.target.length >= len(spec.ids) - 1  # (the last one is fed by the next step)
+    assert spec.ids[len(ids):] == want
+    paused = [t.round for t in turns if t.round.note]
+    assert paused and all(r.plain and r.kept == 1 for r in paused) and all(t.samples[0] is not None for t in turns
+                                                                            if t.round.note)
+    assert any(t.round.drafts for t in turns) and any(t.round.plain and not t.round.note for t in turns)
+
+
+def test_sampled_output_with_plain_steps_between_rounds_is_distributed_as_the_targets(torch_model, draft_path):
+    """The first two tokens of 400 seeded runs whose pace drafts one token, then pauses (the second token, where the
+    draft was rejected, is a plain step on plain decoding's loop): within total variation 0.12 of the target's exact
+    joint. Seeded: the same draws every run."""
+    target, draft = torch_model, get_backend("torch").load(draft_path, OPTIONS)
+    settings = SamplerSettings(temperature=1.0, top_k=4, max_tokens=2)
+    ids = target.tokenizer.encode(PROMPT)
+    want = exact_two_token_joint(target, ids, settings)
+    lanes = prefill(target, draft, ids)
+    seen: Counter = Counter()
+    paused = 0
+    for seed in range(400):
+        spec = Speculation(*lanes, settings, np.random.default_rng(seed), list(ids), len(ids),
+                           pace=Scripted(["paused"]))
+        spec.pace.k = 1  # (the first round drafts)
+        turns = list(speculate(spec, steps=2, eos=frozenset()))
+        seen[tuple(t for turn in turns for t in turn.tokens)] += 1
+        paused += any(turn.round.note for turn in turns)
+        for lane in lanes:
+            lane.keep(ids[:-1])
+    tv = 0.5 * sum(abs(seen[c] / 400 - want.get(c, 0.0)) for c in set(seen) | set(want))
+    assert tv < 0.12 and 100 < paused < 300  # (the draft's token kept or not: both paths taken, often)
 
 
 def test_plain_decoding_is_timed_in_the_same_request_when_asked(pair):

@@ -22,6 +22,7 @@ def test_the_built_in_pair_prints_rounds_and_a_summary_and_saves_the_trace(tmp_p
     assert rounds and all(set(x["round"]) >= {"drafts", "drawn", "residual", "kept"} for x in rounds)
     assert summary["summary"] and summary["tokens"] == 12 == sum(x["round"]["kept"] for x in rounds)
     assert summary["accepted"] == sum(x["accepted"] for x in rounds)
+    assert summary["plain_rounds"] == sum(not x["round"]["drafts"] for x in rounds) and summary["note"] == ""
     assert RunTrace.load(trace).text == summary["text"]
 
 

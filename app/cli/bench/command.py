@@ -40,6 +40,8 @@ from app.cli.arguments import (
 from app.cli.bench.remote import bench_main as bench_remote
 from app.cli.bench.samples import line as samples_line
 from app.cli.bench.samples import samples_vs_one
+from app.cli.bench.speculative import line as speculative_line
+from app.cli.bench.speculative import speculative_vs_plain
 from app.cli.bench.table import OURS, graph_report, print_table
 from app.core.decoding.generation import Prefix, generate
 from app.core.events import Compiling, Finished, Request
@@ -316,6 +318,8 @@ def main(argv: list[str]) -> int:
         print_table(result)
         if "samples" in result:
             emit(samples_line(result["samples"]))
+        if "speculative" in result:
+            emit(speculative_line(result["speculative"]))
     return graphs_verdict(result)
 
 
@@ -329,6 +333,8 @@ def run_bench(args: Any, backend: str, model: Any, plain: Any) -> dict:
                        Phase(watch))
     if watch is not None:
         result["cuda_graphs"] = graph_report(watch)
+    if not args.quick and args.model == "builtin" and not args.random and backend != "llamacpp":  # (its draft)
+        result["speculative"] = speculative_vs_plain(model, backend, args.tokens, args.repeat)
     return result
 
 

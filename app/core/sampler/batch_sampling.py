@@ -1,11 +1,12 @@
 """The sampler step for B rows that share settings (N samples, a sweep cell): one device graph and one host read.
 
 `start_samples` maps `sampling.py`'s one-row device step over the rows with the executor's vmap
-(`backends.ops.vmap`: torch.func.vmap, mx.vmap), compiled where the executor compiles its steps, and reads the
-batch's arrays back once for all rows (a `PendingSample` of B rows: the one reading of one row or many). Each row's
-outcome equals `start_sample`'s for it, bit for bit. Where the executor has no vmap (numpy, the torch backend's CPU
-executor), the rows' histories differ in kind, or there is one row (mapping it costs more than it saves), the rows run
-one by one through `start_sample`. Knows nothing of models or runs: `decoding.decode` calls it.
+(`backends.ops.vmap`: torch.func.vmap, mx.vmap, and numpy's own on the torch backend's CPU executor,
+`backends.numpy_rows`), compiled where the executor compiles its steps, and reads the batch's arrays back once for
+all rows (a `PendingSample` of B rows: the one reading of one row or many). Each row's outcome equals
+`start_sample`'s for it, bit for bit. Where the executor has no vmap (the reference `NumpyOps`), the rows' histories
+differ in kind, or there is one row (mapping it costs more than it saves), the rows run one by one through
+`start_sample`. Knows nothing of models or runs: `decoding.decode` calls it.
 """
 
 from __future__ import annotations

@@ -61,3 +61,17 @@ def test_a_think_budget_is_refused_by_the_core_in_one_line(window, qtbot, draft_
     qtbot.waitUntil(lambda: not window.playground.busy, timeout=RUN_TIMEOUT)
     assert view.status.text().startswith("a think budget runs on plain decoding and samples, not on speculative")
     assert view.table.rowCount() == 0 and view.controls.run.isEnabled()
+
+
+def test_a_plain_step_is_a_row_of_its_own_and_a_pause_is_said_in_the_summary():
+    """An adaptive run's plain steps (the target's own draw, no drafts) are drawn as such, and why drafting is paused
+    is in the summary line, as the record says it."""
+    from app.core.record.spec_record import SpecRound, SpecStats
+
+    note = "drafting paused: acceptance 20% does not pay"
+    plain = SpecRound(7, 30, (), 11, "x", 0.5, False, 1, note)
+    [row] = draft_rows(plain)
+    assert row == ("7", "30", "x", "", "0.500", "plain", "") and "plain" in VERDICT_COLORS
+    stats = SpecStats().add(plain, 0)
+    assert stats.plain_rounds == 1 and stats.note == note
+    assert summary_line(stats).endswith(f"1 tokens in 1 rounds (1 plain steps) · {note}")

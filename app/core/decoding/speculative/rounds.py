@@ -242,8 +242,8 @@ def plain_steps(spec: Speculation, steps: int, eos: frozenset[int], top_n: int, 
     assert spec.pace is not None
     lane, text = spec.target, spec.target.model.tokenizer.token_text
     row = Row(spec.rng, history=spec.recording((), lane.model.ops))
+    t = time.thread_time()  # (a step: the forward that makes its logits, then its draw)
     logits = lane.model.forward([[spec.ids[-1]]], lane.cache)
-    t = time.thread_time()
     try:
         for outs in decode(lane.model, logits, lane.cache, spec.settings, [row], steps=steps, top_n=top_n,
                            record=record, cancel=cancel):
@@ -256,10 +256,12 @@ def plain_steps(spec: Speculation, steps: int, eos: frozenset[int], top_n: int, 
             p = out.prob if isinstance(out, Sample) else float("nan")  # (NaN: not recorded)
             rnd = SpecRound(spec.rounds, step, (), token, text(token), p, False, 1, note)
             spec.rounds, step = spec.rounds + 1, step + 1
+            lane.held = spec.ids[: lane.length]  # (what `decode` has fed it so far)
             yield Turn(rnd, (token,), (out if isinstance(out, Sample) else None,), 0)
             t = time.thread_time()
-    finally:  # the target's cache holds what `decode` fed it: the tokens kept but the last, as after a round
-        lane.held = spec.ids[: lane.length]
+    finally:  # what `decode` fed it (the last token too where it ran ahead, as on MLX), then as after a round: the
+        lane.held = spec.ids[: lane.length]  # tokens kept but the last
+        lane.keep(spec.ids[:-1])
 
 
 def one_round(spec: Speculation, k: int, eos: frozenset[int], top_n: int, record: bool, step: int) -> Turn:
