@@ -65,7 +65,9 @@ def speculative(target, draft, settings: SamplerSettings, k: int = 3, **kw) -> l
                                 threading.Event()))
 
 
-@pytest.mark.parametrize("k", [1, 3, 8, 0])
+# (Fixed k only: the adaptive pace (k 0) picks its k from measured times, so its forwards' shapes follow the
+# machine's load, and a near tie on a random model may then fall either way; its scripted pace is tested below.)
+@pytest.mark.parametrize("k", [1, 3, 8])
 def test_greedy_speculative_output_is_the_targets_greedy_output(pair, k):
     target, draft = pair
     greedy = SamplerSettings(temperature=0, max_tokens=24)
