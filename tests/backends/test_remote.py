@@ -407,7 +407,10 @@ def test_cli_models_generate_and_bench_against_the_real_server(server, local, ca
     assert main(["bench", "--backend", "remote", "--base-url", server, "--tokens", "4", "--prompt-tokens", "8",
                  "--repeat", "1", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
-    assert [r["concurrency"] for r in rows] == [1, 4, 16] and all(r["tokens_per_s"] > 0 for r in rows)
+    # mlx_lm.server as it ships (socketserver's listen queue of 5) may reset some of 16 connections on a busy
+    # machine: that level is then reported as the server's limit, with its error, and the others still measured
+    assert [r["concurrency"] for r in rows] == [1, 4, 16] and all(r["tokens_per_s"] > 0 for r in rows[:2])
+    assert rows[2].get("tokens_per_s", 0) > 0 or "requests failed at concurrency 16" in rows[2]["error"]
 
 
 def test_cli_errors_are_one_line_and_exit_1(capsys):

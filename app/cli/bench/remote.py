@@ -35,10 +35,15 @@ def bench_main(args: argparse.Namespace) -> int:
         return 1
     prompt = Path(threading.__file__).read_text()[: args.prompt_tokens * 4]  # ~4 characters a token (at most ~15k)
     settings = SamplerSettings(temperature=0.8, top_p=0.95, max_tokens=args.tokens, seed=1)
-    rows = []
+    rows: list[dict] = []
     try:
         for c in CONCURRENCY:
-            runs = [_batch(model, spec, prompt, settings, c) for _ in range(args.repeat)]
+            try:
+                runs = [_batch(model, spec, prompt, settings, c) for _ in range(args.repeat)]
+            except _LimitError as e:  # the server's own limit (e.g. its listen queue): a finding, and the levels
+                print(f"logitlab bench: {e}", file=sys.stderr)  # above it would only fail more
+                rows.append({"concurrency": c, "error": str(e)})
+                break
             rows.append({"concurrency": c, **{k: _median(r[k] for r in runs) for k in runs[0]}})
     except ModelLoadError as e:
         print(f"logitlab bench: error: {e}", file=sys.stderr)
@@ -51,7 +56,11 @@ def bench_main(args: argparse.Namespace) -> int:
     result = {"model": model.model, "server": where(model.base_url), "tokens": args.tokens, "streamed": not whole,
               "rows": rows}
     emit(to_json(result, indent=1) if args.json else _table(result))
-    return 0
+    return 0 if any("error" not in r for r in rows) else 1
+
+
+class _LimitError(RemoteError):
+    """Some of a level's concurrent requests failed while others were answered: what the server takes at once."""
 
 
 def _median(values: Iterable[float | None]) -> float | None:
@@ -69,7 +78,8 @@ def _batch(model: RemoteModel, spec: ModelSpec, prompt: str, settings: SamplerSe
     ends = [e for e in events if isinstance(e, Finished)]
     errors = [e.message for e in ends if e.reason == "error"]
     if errors:
-        raise RemoteError(f"{len(errors)} of {c} requests failed at concurrency {c}, the first: {errors[0]}")
+        kind = _LimitError if len(errors) < c and c > 1 else RemoteError
+        raise kind(f"{len(errors)} of {c} requests failed at concurrency {c}, the first: {errors[0]}")
     tokens = sum(e.metrics.generated_tokens for e in ends)
     return {"tokens_per_s": tokens / wall, "per_request_tokens_per_s": _median(
         e.metrics.decode_tokens_per_s for e in ends), "ttft_s": _median(e.metrics.ttft_s for e in ends)}
@@ -79,7 +89,8 @@ def _table(r: dict) -> str:
     how = "streamed" if r["streamed"] else "asked for whole (the server streams no log-probabilities)"
     lines = [f"{r['model']} at {r['server']}: {r['tokens']} tokens per request, {how}",
              f"{'concurrency':>11} {'tokens/s':>9} {'per request':>12} {'TTFT':>8}"]
-    lines += [f"{x['concurrency']:>11} {x['tokens_per_s']:>9.1f} {_shown(x['per_request_tokens_per_s'], 1, '.1f'):>12} "
+    lines += [f"{x['concurrency']:>11} failed: {x['error']}" if "error" in x else
+              f"{x['concurrency']:>11} {x['tokens_per_s']:>9.1f} {_shown(x['per_request_tokens_per_s'], 1, '.1f'):>12} "
               f"{_shown(x['ttft_s'], 1000, '.0f'):>6} ms" for x in r["rows"]]
     return "\n".join(lines)
 
