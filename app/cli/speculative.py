@@ -27,8 +27,9 @@ def add_draft_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-model", "--draft", type=nonempty, metavar="MODEL", help="speculative decoding: this "
                    f"model (with the same tokenizer) proposes tokens, --model verifies them; '{BUILTIN_DRAFT_NAME}': "
                    "the one shipped for the built-in model")
-    add_count(p, "--num-draft", 0, K_MAX, 0, "draft tokens per round (0: adaptive, from the measured acceptance "
-              "and costs; drafting pauses where it does not pay)")
+    add_count(p, "--num-draft", 0, K_MAX, 4, "draft tokens per round (0: adaptive, from the measured acceptance "
+              "and costs; drafting pauses where it does not pay; its runs follow the machine's timing, so a seed "
+              "replays only a fixed k's run exactly)")
     p.add_argument("--draft-k", dest="num_draft", type=int, help=argparse.SUPPRESS)
     p.add_argument("--compare-plain", action="store_true", help="speculative: then time plain decoding of as many "
                    "tokens with --model alone, and print the speed ratio")

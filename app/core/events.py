@@ -60,7 +60,8 @@ class Request:
     force_after: tuple[int, ...] = ()  # taken at the steps after `force`'s, one a step (a multiverse node's path)
     branch: str = ""  # how it leaves its parent: "fork", "regenerate", "replay" or "edit" (RunTrace.branch)
     draft: ModelSpec | None = None  # speculative decoding: this draft model proposes, the target verifies
-    draft_k: int = 0  # tokens the draft proposes per round, 1-8; 0: adaptive (drafting only where it pays)
+    draft_k: int = 4  # tokens the draft proposes per round, 1-8; 0: adaptive (from measured times: a seed replays
+    # a fixed k's run exactly, not an adaptive one's)
     compare_plain: bool = False  # speculative: then time plain decoding of as many tokens (a `Speculated` event)
     id: int = field(default_factory=lambda: next(_ids))
     run_ids: tuple[int, ...] = ()  # one per sample; the first is the request's own id
