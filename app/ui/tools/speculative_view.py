@@ -106,8 +106,8 @@ class SpecControls(QWidget):
         self.k = QSpinBox(minimum=0, maximum=K_MAX, value=4, specialValueText="adaptive")
         self.k.setToolTip("Tokens the draft proposes per round (adaptive: the length expected to save most, from "
                           "the measured acceptance and the cost of a draft step against the model's; drafting "
-                          "pauses, for plain steps, where no length pays, and is tried again now and then; its lengths follow the "
-                          "machine's timing, so a seed replays only a fixed length's run exactly)")
+                          "pauses, for plain steps, where no length pays, and is tried again now and then; its "
+                          "lengths follow the machine's timing, so a seed replays only a fixed length's run exactly)")
         self.compare = QCheckBox("Time plain decoding too", checked=True)
         self.compare.setToolTip("After the run, decode as many tokens with the model alone, for the speed ratio")
         self.run, self.stop = QPushButton("Run"), QPushButton("Stop", enabled=False)
