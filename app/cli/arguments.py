@@ -1,8 +1,8 @@
 """The command line's shared pieces, below every command: argparse with one-line errors, checked whole-number
 flags, the flags naming a server, how a command fails (`logitlab VERB: error: ...`, as argparse's errors begin),
-JSON, and the line that says what the model thread is loading (`status_line`). `emit` is every command's one writer
-of standard output: a write that fails is one line (`output_failed`), never a traceback. It imports no command
-module: the commands import it, never the other way round.
+JSON, the line that says what the model thread is loading (`status_line`), and one job run on a model thread of its
+own (`run_job`). `emit` is every command's one writer of standard output: a write that fails is one line
+(`output_failed`), never a traceback. It imports no command module: the commands import it, never the other way round.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, NoReturn
 
 from app.core.events import Loaded, Loading
@@ -178,6 +178,22 @@ def status_line(ev: object) -> str | None:
     if isinstance(ev, Loading) and not ev.total:
         return ev.message
     return loaded_line(ev) if isinstance(ev, Loaded) else None
+
+
+def run_job(kind: str, request: object, printer: Callable[[Iterable[object]], int]) -> int:
+    """Run one `kind` job of `request` on a model thread of its own, its events handed to `printer`, whose exit
+    status is the command's; Ctrl-C cancels it (130). The thread is closed either way."""
+    from app.core.runs.jobs import Job, stream  # (the model thread loads the core's heavy modules: not for --help)
+    from app.core.runs.model_thread import ModelThread
+
+    worker = ModelThread()
+    try:
+        return printer(stream(worker.start(Job(kind, (request,)))))
+    except KeyboardInterrupt:
+        worker.cancel()
+        return 130
+    finally:
+        worker.close()
 
 
 def to_json(obj: Any, indent: int | None = None) -> str:

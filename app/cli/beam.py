@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, replace
 from typing import Any
 
-from app.cli.arguments import add_count, emit, fail, status_line, to_json
+from app.cli.arguments import add_count, emit, fail, run_job, status_line, to_json
 from app.core.decoding.beam import (
     MAX_LENGTH_PENALTY,
     MAX_WIDTH,
@@ -53,8 +53,6 @@ def run_beams(args: argparse.Namespace, spec: ModelSpec, prompt: str, messages: 
     """Run it on a model thread and print it; 0 when it finished, 1 when it failed (one line on stderr)."""
     # the model thread's modules load when the command runs, as `cli`'s commands do: --help answers at once
     from app.core.runs.beam_run import BeamRequest
-    from app.core.runs.jobs import Job, stream
-    from app.core.runs.model_thread import ModelThread
 
     other = [flag for flag, on in (("--n", args.n != 1), ("--stats", args.stats), ("--match", args.match),
                                    ("--trace", args.trace), ("--draft-model", args.draft_model))
@@ -67,14 +65,7 @@ def run_beams(args: argparse.Namespace, spec: ModelSpec, prompt: str, messages: 
                               constraint=args.constraint and replace(args.constraint, place=args.constraint_place))
     except SettingsError as e:
         return fail(str(e), 2, PROG)
-    worker = ModelThread()
-    try:
-        return _print_all(stream(worker.start(Job("beam", (request,)))), args.json)
-    except KeyboardInterrupt:
-        worker.cancel()
-        return 130
-    finally:
-        worker.close()
+    return run_job("beam", request, lambda events: _print_all(events, args.json))
 
 
 def _print_all(events: Iterable[object], json_out: bool) -> int:

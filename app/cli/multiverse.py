@@ -11,7 +11,18 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from app.cli.arguments import Parser, add_count, emit, fail, nonempty, read_prompt, status_line, text_arg, to_json
+from app.cli.arguments import (
+    Parser,
+    add_count,
+    emit,
+    fail,
+    nonempty,
+    read_prompt,
+    run_job,
+    status_line,
+    text_arg,
+    to_json,
+)
 from app.cli.flags import add_model_args, add_sampler_args, settings_from, spec_from
 from app.core.decoding.multiverse import MAX_BUDGET, MAX_DEPTH, MAX_ROWS, MAX_WIDTH, LookAhead
 from app.core.events import ExploreDone, Failed, Message
@@ -49,20 +60,11 @@ def main(argv: Sequence[str]) -> int:
         prompt = read_prompt(args)
     except SettingsError as e:
         return fail(str(e), 2, PROG)
-    from app.core.runs.jobs import Job, stream  # (the model thread loads the core's heavy modules: not for --help)
-    from app.core.runs.model_thread import ModelThread
-    from app.core.runs.multiverse_run import ExploreRequest
+    from app.core.runs.multiverse_run import ExploreRequest  # (the core's heavy modules: not for --help)
 
     messages = (Message("user", prompt),) if args.chat else None
     request = ExploreRequest(model=spec_from(args), prompt=prompt, messages=messages, settings=settings, look=look)
-    worker = ModelThread()
-    try:
-        return _print_all(stream(worker.start(Job("multiverse", (request,)))), args.json)
-    except KeyboardInterrupt:
-        worker.cancel()
-        return 130
-    finally:
-        worker.close()
+    return run_job("multiverse", request, lambda events: _print_all(events, args.json))
 
 
 def _print_all(events: Iterable[object], json_out: bool) -> int:

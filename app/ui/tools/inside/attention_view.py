@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt, Signal
-from PySide6.QtWidgets import QDockWidget, QHBoxLayout, QLabel, QPushButton, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QPushButton, QSplitter, QWidget
 
 from app.core.decoding.inside import AttentionMap
 from app.ui.charts.shared import DRAWN, RAW, ThemedPlot, _show_tip
 from app.ui.formatting import visible
-from app.ui.tools.inside.step_look import NO_STEP, StepLook
+from app.ui.tools.inside.look_dock import LookDock
 
 if TYPE_CHECKING:
     from app.core.record.trace import StepTrace
@@ -182,72 +182,31 @@ class HeadMap(ThemedPlot):
             _show_tip(self, self.tip(math.floor(p.y()), math.floor(p.x())))
 
 
-class AttentionView(QDockWidget):
-    shown = Signal(object)  # the AttentionMap drawn (None: cleared)
+class AttentionView(LookDock):
+    """The layers' head means and the selected layer's heads (`draw`); `shown`: the AttentionMap, or None."""
+
+    KIND, HEADING, DREW = "attention", "Attention", "the position that drew"
+    READING = "Reading each layer's attention at this step…"
 
     def __init__(self, playground: Playground, parent: QWidget | None = None) -> None:
-        super().__init__("Attention", parent)
+        super().__init__(playground, QPushButton("Show attention", toolTip="Recompute this step's position from the "
+                         "run's tokens with its attention weights: per layer and head, over every earlier position"),
+                         parent)
         self.setObjectName("attention")
-        self.playground = playground
-        self.look = StepLook(playground, "attention", self)
-        self.title = QLabel("<b>Attention</b>")
-        self.run = QPushButton("Show attention", toolTip="Recompute this step's position from the run's tokens with "
-                               "its attention weights: per layer and head, over every earlier position")
-        self.stop = QPushButton("Stop", enabled=False)
-        self.note = QLabel("", wordWrap=True)
-        self.note.setStyleSheet("color: gray")
-        self.status = QLabel(NO_STEP, wordWrap=True)
+        self.run = self.ask
         self.grid, self.heads = LayerGrid(), HeadMap()
-        self._build()
-        self.run.clicked.connect(self.look.look)
-        self.stop.clicked.connect(self.look.stop)
-        self.grid.layer_clicked.connect(self.show_layer)
-        self.look.step_changed.connect(self.show_step)
-        self.look.looked.connect(self.show_map)
-        self.look.failed.connect(self.status.setText)
-        self.look.running_changed.connect(self._running)
-        self.show_step(self.look.trace)
-
-    def _build(self) -> None:
-        head = QHBoxLayout()
-        head.addWidget(self.title, 1)
-        head.addWidget(self.run)
-        head.addWidget(self.stop)
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(self.grid)
         split.addWidget(self.heads)
         split.setSizes([320, 220])
-        body = QWidget()
-        box = QVBoxLayout(body)
-        box.addLayout(head)
-        box.addWidget(self.status)
-        box.addWidget(self.note)
-        box.addWidget(split, 1)
-        self.setWidget(body)
+        self.grid.layer_clicked.connect(self.show_layer)
+        self._finish((), (self.status, self.note), split)
 
-    def look_at(self) -> bool:
-        """Attention at the step shown (the step panel's "Attention" asks this)."""
-        return self.look.look()
+    def draw_unlooked(self, _trace: StepTrace) -> None:
+        self._clear("Press Show attention to see where this step looked.")
 
-    def _running(self, running: bool) -> None:
-        self.run.setEnabled(not running)
-        self.stop.setEnabled(running)
-        if running:
-            self.status.setText("Reading each layer's attention at this step…")
-
-    def show_step(self, trace: StepTrace | None) -> None:
-        if trace is None:
-            self.title.setText("<b>Attention</b>")
-            self._clear(NO_STEP)
-            return
-        self.title.setText(f"<b>Attention · step {trace.step}</b> — the position that drew "
-                           f"<code>{html.escape(visible(trace.text))}</code>")
-        if isinstance(kept := self.look.result, AttentionMap):
-            self.show_map(kept)
-        else:
-            self._clear("Press Show attention to see where this step looked.")
-
-    def show_map(self, a: AttentionMap) -> None:
+    def draw(self, a: AttentionMap) -> None:
+        """The attention map: every layer's head means, the selected layer's heads."""
         layer = min(self.grid.selected, a.layers - 1)
         self.grid.show_map(a, layer)
         self.heads.show_layer(a, layer)
@@ -260,11 +219,8 @@ class AttentionView(QDockWidget):
         if self.grid.amap is not None:
             self.heads.show_layer(self.grid.amap, layer)
 
-    def _clear(self, why: str) -> None:
+    def blank(self) -> None:
         self.grid.clear()
         self.grid.plots, self.grid.bars, self.grid.amap = [], [], None
         self.heads.clear_layer()
         self.note.setText("")
-        self.status.setText(why)
-        self.shown.emit(None)
-

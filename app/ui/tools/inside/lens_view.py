@@ -13,26 +13,22 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import (
     QCheckBox,
-    QDockWidget,
-    QHBoxLayout,
     QHeaderView,
-    QLabel,
     QPushButton,
     QSplitter,
     QTableWidget,
     QTableWidgetItem,
-    QVBoxLayout,
     QWidget,
 )
 
 from app.core.decoding.inside import APPROXIMATION, LIVE_K, LensGrid
 from app.ui.charts.shared import DRAWN, RAW, ThemedPlot
 from app.ui.formatting import format_prob, visible
-from app.ui.tools.inside.step_look import NO_STEP, StepLook
+from app.ui.tools.inside.look_dock import LookDock
 
 if TYPE_CHECKING:
     from app.core.record.live_lens import LiveLens
@@ -155,80 +151,39 @@ class LensCurve(ThemedPlot):
         plot.setYRange(-6, 0, padding=0)
 
 
-class LensView(QDockWidget):
-    shown = Signal(object)  # what was drawn: a LensGrid, a LiveLens, or None (cleared)
+class LensView(LookDock):
+    """The full lens (`draw`), else the step's live lens; `shown` says which: a LensGrid, a LiveLens, or None."""
+
+    KIND, HEADING, READING = "lens", "Logit lens", "Reading each layer at this step…"
 
     def __init__(self, playground: Playground, parent: QWidget | None = None) -> None:
-        super().__init__("Logit lens", parent)
+        super().__init__(playground, QPushButton("Full lens", toolTip="Recompute this step's position from the run's "
+                         "tokens and read every layer through the model's final norm and head: its top tokens over "
+                         "the whole vocabulary"), parent)
         self.setObjectName("logit_lens")
-        self.playground = playground
-        self.look = StepLook(playground, "lens", self)
-        self.title = QLabel("<b>Logit lens</b>")
-        self.full = QPushButton("Full lens", toolTip="Recompute this step's position from the run's tokens and read "
-                                "every layer through the model's final norm and head: its top tokens over the whole "
-                                "vocabulary")
-        self.stop = QPushButton("Stop", enabled=False)
+        self.full = self.ask
         self.live = QCheckBox("Live lens in new runs", toolTip=LIVE_TIP, checked=playground.live_lens > 0)
-        self.note = QLabel(f"Approximation: {APPROXIMATION.removeprefix('an approximation: ')}.", wordWrap=True)
-        self.note.setStyleSheet("color: gray")
-        self.status = QLabel(NO_STEP, wordWrap=True)
+        self.note.setText(f"Approximation: {APPROXIMATION.removeprefix('an approximation: ')}.")
         self.table, self.curve = LensTable(), LensCurve()
-        self._build()
-        self.full.clicked.connect(self.look.look)
-        self.stop.clicked.connect(self.look.stop)
-        self.live.toggled.connect(lambda on: setattr(playground, "live_lens", LIVE_K if on else 0))
-        self.look.step_changed.connect(self.show_step)
-        self.look.looked.connect(self.show_grid)
-        self.look.failed.connect(self.status.setText)
-        self.look.running_changed.connect(self._running)
-        self.show_step(self.look.trace)
-
-    def _build(self) -> None:
-        head = QHBoxLayout()
-        head.addWidget(self.title, 1)
-        for w in (self.full, self.stop, self.live):
-            head.addWidget(w)
         split = QSplitter(Qt.Orientation.Horizontal)
         split.addWidget(self.table)
         split.addWidget(self.curve)
         split.setStretchFactor(0, 2)
         split.setStretchFactor(1, 1)
         split.setSizes([680, 320])
-        body = QWidget()
-        box = QVBoxLayout(body)
-        box.addLayout(head)
-        box.addWidget(self.note)
-        box.addWidget(self.status)
-        box.addWidget(split, 1)
-        self.setWidget(body)
+        self.live.toggled.connect(lambda on: setattr(playground, "live_lens", LIVE_K if on else 0))
+        self._finish((self.live,), (self.note, self.status), split)
 
-    def look_at(self) -> bool:
-        """Full lens at the step shown (the step panel's "Logit lens" asks this)."""
-        return self.look.look()
-
-    def _running(self, running: bool) -> None:
-        self.full.setEnabled(not running)
-        self.stop.setEnabled(running)
-        if running:
-            self.status.setText("Reading each layer at this step…")
-
-    def show_step(self, trace: StepTrace | None) -> None:
-        """The step now shown: its full lens if one was made, else its live lens if recorded, else nothing yet."""
-        if trace is None:
-            self.title.setText("<b>Logit lens</b>")
-            self._clear(NO_STEP)
-            return
-        self.title.setText(f"<b>Logit lens · step {trace.step}</b> — drew <code>{html.escape(visible(trace.text))}"
-                           "</code>")
-        if isinstance(kept := self.look.result, LensGrid):
-            self.show_grid(kept)
-        elif trace.sample.lens is not None:
+    def draw_unlooked(self, trace: StepTrace) -> None:
+        """No full lens made at this step: its live lens if recorded, else nothing yet."""
+        if trace.sample.lens is not None:
             self.show_live(trace)
         else:
             self._clear("No live lens was recorded for this step: press Full lens (or turn on the live lens for new "
                         "runs).")
 
-    def show_grid(self, g: LensGrid) -> None:
+    def draw(self, g: LensGrid) -> None:
+        """The full lens."""
         self.table.show_grid(g)
         token = html.escape(visible(g.token_text))
         self.curve.show_values(g.layer_names, g.token_probs, g.appears, "p(drawn)")
@@ -266,9 +221,7 @@ class LensView(QDockWidget):
         tok = self.playground.tokenizer
         return tok.token_text(token) if tok is not None else f"#{token}"
 
-    def _clear(self, why: str) -> None:
+    def blank(self) -> None:
         self.table.setRowCount(0)
         self.table.setColumnCount(0)
         self.curve.clear_values()
-        self.status.setText(why)
-        self.shown.emit(None)
