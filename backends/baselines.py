@@ -48,11 +48,12 @@ def torch_generate(model: Any, prompt_ids: Sequence[int], n: int, temperature: f
         "do_sample": False}
     if cache:
         sampling["cache_implementation"] = cache
+    hf = model.transformers_model()  # (the lean path's model has no `generate`: transformers' own, loaded once)
     stamps = Stamps()
     start = time.perf_counter()
     with torch.inference_mode():
-        model.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
-                             streamer=stamps, pad_token_id=model.tokenizer.hf.eos_token_id, **sampling)
+        hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
+                    streamer=stamps, pad_token_id=model.tokenizer.hf.eos_token_id, **sampling)
     if model.device.type == "cuda":
         torch.cuda.synchronize()
     return _result(len(prompt_ids), start, stamps.times)

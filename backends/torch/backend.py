@@ -1,5 +1,6 @@
-"""PyTorch / transformers backend: `AutoModelForCausalLM` with its `DynamicCache` (Llama-family models: the lean
-`FastLlama` forward and its `FastCache`), device cuda > mps > cpu.
+"""PyTorch / transformers backend: `AutoModelForCausalLM` with its `DynamicCache`; Llama-family models run the lean
+`FastLlama` forward with its `FastCache`, their folders built without transformers (`lean.LeanLlama`); device
+cuda > mps > cpu.
 
 Imported lazily (it imports torch). Only safetensors load unless the user opts in to pickle weights, which
 then load with `weights_only=True`; `trust_remote_code` is passed explicitly (False unless opted in).
@@ -37,6 +38,7 @@ from backends.threads import choose_threads
 from backends.torch.fast import FastLlama, supports
 from backends.torch.host import HostCopies
 from backends.torch.inside import TorchLayers
+from backends.torch.lean import LeanLlama, load_lean
 from backends.torch.static import compile_sampler
 from backends.torch.steer import TorchSteering
 
@@ -175,18 +177,34 @@ class TorchModel(TorchLayers, TorchSteering):  # (the lens and attention: torch/
     capabilities = LOCAL
 
     def __init__(self, model: Any, tokenizer: HFTokenizer | LeanTokenizer, info: ModelInfo, device: torch.device,
-                 options: LoadOptions) -> None:
+                 options: LoadOptions, source: tuple[Path, torch.dtype] | None = None) -> None:
         self.model, self.tokenizer, self.info, self.device = model, tokenizer, info, device
+        self._source, self._options = source, options  # where the weights came from: `transformers_model`
+        self._transformers: Any = None
         self.fast = FastLlama(model, options.compile_len) if options.fast and supports(model) else None
         compiled = self.fast is not None and self.fast.compiled is not None
         cuda_steps = compiled and device.type == "cuda"
         self.ops = NUMPY_ROWS if device.type == "cpu" else TorchOps(device, compile_steps=cuda_steps)
         self._cache_arg = cache_argument(model)
 
+    def transformers_model(self) -> Any:
+        """transformers' own model of these weights, for what only it does (`generate`: the baselines): the loaded
+        model where it is one, else loaded now from the same folder (the lean tree has no forward of its own)."""
+        if not isinstance(self.model, LeanLlama):
+            return self.model
+        if self._source is None:
+            raise ModelLoadError("this model was built without a folder to load transformers' model from")
+        if self._transformers is None:
+            path, dtype = self._source
+            self._transformers = load_weights(path, dtype, self._options).to(self.device).eval()
+        return self._transformers
+
     def new_cache(self) -> Any:
+        if self.fast is not None:
+            return self.fast.new_cache()
         from transformers import DynamicCache
 
-        return self.fast.new_cache() if self.fast else DynamicCache(config=self.model.config)
+        return DynamicCache(config=self.model.config)
 
     @torch.inference_mode()
     def forward(self, tokens: Any, cache: Any, positions: Positions = "last") -> Any:
@@ -258,24 +276,27 @@ class TorchBackend:
     park_thread_on_exit = False
 
     def load(self, path: Path, options: LoadOptions) -> TorchModel:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()  # the window shows its own progress; the terminal stays clean
+        """A Llama-family folder builds without transformers (`lean.load_lean`) when the lean forward will run it;
+        anything else, and a GGUF file, through transformers."""
         gguf = is_gguf(path)
         config = check_gguf(path).config() if gguf else check_folder(path, options)
         device = pick_device(options.device)
         dtype = pick_dtype(options.dtype, device)
         tokenizer = load_gguf_tokenizer(path) if gguf else open_tokenizer(path, options)
-        model = load_weights(path, dtype, options)
+        lean = load_lean(path, config, dtype) if options.fast and not gguf else None
+        model = lean if lean is not None else load_weights(path, dtype, options)
         model.to(device).eval()
         info = replace(make_info(path, config, model, device, dtype), threads=set_threads(model, options.threads))
-        return TorchModel(model, tokenizer, info, device, options)
+        return TorchModel(model, tokenizer, info, device, options, source=(path, dtype))
 
 
 def load_weights(path: Path, dtype: torch.dtype, options: LoadOptions) -> Any:
     """transformers' model: from a folder, or from a GGUF file (its config read from the file, every tensor
     dequantized, then cast to `dtype`)."""
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # the window shows its own progress; the terminal stays clean
 
     folder, args = (path.parent, {"gguf_file": path.name}) if is_gguf(path) else (path, {
         "trust_remote_code": options.trust_remote_code, "use_safetensors": not options.allow_pickle or None})
@@ -292,6 +313,9 @@ def load_weights(path: Path, dtype: torch.dtype, options: LoadOptions) -> Any:
 def load_gguf_tokenizer(path: Path) -> HFTokenizer:
     """The tokenizer a GGUF file describes in its metadata (transformers rebuilds it as a fast tokenizer)."""
     from transformers import AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
 
     try:
         return HFTokenizer(AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name))

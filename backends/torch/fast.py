@@ -32,6 +32,7 @@ FAST_TYPES = {"llama", "mistral", "qwen2"}
 def supports(model: Any) -> bool:
     c = model.config
     return (c.model_type in FAST_TYPES and getattr(c, "hidden_act", "silu") == "silu"
+            and not getattr(c, "mlp_bias", False)  # (the lean forward's MLP has no biases)
             and not getattr(c, "sliding_window", None) and hasattr(model, "model")
             and hasattr(model.model, "rotary_emb"))
 

@@ -86,7 +86,7 @@ def beam(model, ids, settings: BeamSettings, eos: frozenset[int] | None = None):
 
 
 def hf_beam(model, ids, s: BeamSettings, eos: frozenset[int]):
-    return model.model.generate(
+    return model.transformers_model().generate(
         torch.tensor([ids]), num_beams=s.width, num_return_sequences=s.width, length_penalty=s.length_penalty,
         early_stopping=s.early_stopping, no_repeat_ngram_size=s.no_repeat_ngram or None, do_sample=False,
         max_new_tokens=s.max_tokens, return_dict_in_generate=True, output_scores=True,
@@ -132,7 +132,8 @@ def test_builtin_model_matches_transformers(builtin_torch, width, penalty, early
 @pytest.mark.parametrize(("width", "penalty", "early"), [(2, 1.0, False), (4, 0.7, True), (6, 1.5, "never")])
 def test_random_qwen2_matches_transformers(qwen2_torch, width, penalty, early) -> None:
     ids = qwen2_torch.tokenizer.encode("The quick brown")
-    greedy = qwen2_torch.model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=6)[0, len(ids):]
+    hf = qwen2_torch.transformers_model()
+    greedy = hf.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=6)[0, len(ids):]
     eos = frozenset({int(greedy[3]), int(greedy[5])})  # tokens the model favours: some beams end early
     assert_same_as_transformers(qwen2_torch, ids, BeamSettings(width, penalty, early, 2, 12), eos)
 
