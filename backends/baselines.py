@@ -48,12 +48,11 @@ def torch_generate(model: Any, prompt_ids: Sequence[int], n: int, temperature: f
         "do_sample": False}
     if cache:
         sampling["cache_implementation"] = cache
-    hf = model.transformers_model()  # (the lean path's model has no `generate`: transformers' own, loaded once)
     stamps = Stamps()
     start = time.perf_counter()
     with torch.inference_mode():
-        hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
-                    streamer=stamps, pad_token_id=model.tokenizer.hf.eos_token_id, **sampling)
+        model.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
+                             streamer=stamps, pad_token_id=model.tokenizer.hf.eos_token_id, **sampling)
     if model.device.type == "cuda":
         torch.cuda.synchronize()
     return _result(len(prompt_ids), start, stamps.times)
@@ -192,12 +191,14 @@ def weight_bytes_read(backend: str, model: Any) -> int:
 
 def plain_model(backend: str, path: Path, ours: Any) -> Any:
     """The model as the baseline's user would load it. On torch a second, untouched copy straight from
-    `from_pretrained` (ours re-lays the weights out for its own forward); on MLX ours as is."""
+    `from_pretrained` (ours re-lays the weights out for its own forward, and a Llama-family folder's is not
+    transformers' model at all: backends/torch/lean.py); on MLX ours as is."""
     if backend != "torch":
         return ours
     from transformers import AutoModelForCausalLM
 
-    hf = AutoModelForCausalLM.from_pretrained(str(path), dtype=ours.model.dtype).to(ours.device).eval()
+    dtype = next(ours.model.parameters()).dtype
+    hf = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype).to(ours.device).eval()
     return SimpleNamespace(model=hf, device=ours.device, tokenizer=ours.tokenizer)
 
 

@@ -38,7 +38,7 @@ from backends.threads import choose_threads
 from backends.torch.fast import FastLlama, supports
 from backends.torch.host import HostCopies
 from backends.torch.inside import TorchLayers
-from backends.torch.lean import LeanLlama, load_lean
+from backends.torch.lean import load_lean
 from backends.torch.static import compile_sampler
 from backends.torch.steer import TorchSteering
 
@@ -177,27 +177,13 @@ class TorchModel(TorchLayers, TorchSteering):  # (the lens and attention: torch/
     capabilities = LOCAL
 
     def __init__(self, model: Any, tokenizer: HFTokenizer | LeanTokenizer, info: ModelInfo, device: torch.device,
-                 options: LoadOptions, source: tuple[Path, torch.dtype] | None = None) -> None:
+                 options: LoadOptions) -> None:
         self.model, self.tokenizer, self.info, self.device = model, tokenizer, info, device
-        self._source, self._options = source, options  # where the weights came from: `transformers_model`
-        self._transformers: Any = None
         self.fast = FastLlama(model, options.compile_len) if options.fast and supports(model) else None
         compiled = self.fast is not None and self.fast.compiled is not None
         cuda_steps = compiled and device.type == "cuda"
         self.ops = NUMPY_ROWS if device.type == "cpu" else TorchOps(device, compile_steps=cuda_steps)
         self._cache_arg = cache_argument(model)
-
-    def transformers_model(self) -> Any:
-        """transformers' own model of these weights, for what only it does (`generate`: the baselines): the loaded
-        model where it is one, else loaded now from the same folder (the lean tree has no forward of its own)."""
-        if not isinstance(self.model, LeanLlama):
-            return self.model
-        if self._source is None:
-            raise ModelLoadError("this model was built without a folder to load transformers' model from")
-        if self._transformers is None:
-            path, dtype = self._source
-            self._transformers = load_weights(path, dtype, self._options).to(self.device).eval()
-        return self._transformers
 
     def new_cache(self) -> Any:
         if self.fast is not None:
@@ -287,7 +273,7 @@ class TorchBackend:
         model = lean if lean is not None else load_weights(path, dtype, options)
         model.to(device).eval()
         info = replace(make_info(path, config, model, device, dtype), threads=set_threads(model, options.threads))
-        return TorchModel(model, tokenizer, info, device, options, source=(path, dtype))
+        return TorchModel(model, tokenizer, info, device, options)
 
 
 def load_weights(path: Path, dtype: torch.dtype, options: LoadOptions) -> Any:

@@ -113,6 +113,9 @@ class LeanLlama(torch.nn.Module):
     def get_decoder(self) -> torch.nn.Module:
         return self.model
 
+    def get_input_embeddings(self) -> torch.nn.Module:
+        return self.model.embed_tokens
+
     def get_output_embeddings(self) -> torch.nn.Module:
         return self.lm_head
 

@@ -68,6 +68,14 @@ def builtin_torch():
 
 
 @pytest.fixture(scope="module")
+def builtin_hf(builtin_torch):
+    """transformers' own model of the same folder (ours is built without it: backends/torch/lean.py)."""
+    from backends.baselines import plain_model
+
+    return plain_model("torch", BUILTIN_PATH, builtin_torch).model
+
+
+@pytest.fixture(scope="module")
 def qwen2_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_qwen2(tmp_path_factory.mktemp("models") / "tiny-qwen2")
 
@@ -79,23 +87,30 @@ def qwen2_torch(qwen2_path: Path):
     return TorchBackend().load(qwen2_path, LoadOptions(device="cpu", dtype="float32"))
 
 
+@pytest.fixture(scope="module")
+def qwen2_hf(qwen2_path: Path, qwen2_torch):
+    from backends.baselines import plain_model
+
+    return plain_model("torch", qwen2_path, qwen2_torch).model
+
+
 def beam(model, ids, settings: BeamSettings, eos: frozenset[int] | None = None):
     events = list(run_beam(model, BeamRequest(prompt_ids=tuple(ids), settings=settings, eos_ids=eos),
                            threading.Event()))
     return [e.step for e in events if isinstance(e, BeamStepped)], events[-1]
 
 
-def hf_beam(model, ids, s: BeamSettings, eos: frozenset[int]):
-    return model.transformers_model().generate(
+def hf_beam(hf, ids, s: BeamSettings, eos: frozenset[int]):
+    return hf.generate(
         torch.tensor([ids]), num_beams=s.width, num_return_sequences=s.width, length_penalty=s.length_penalty,
         early_stopping=s.early_stopping, no_repeat_ngram_size=s.no_repeat_ngram or None, do_sample=False,
         max_new_tokens=s.max_tokens, return_dict_in_generate=True, output_scores=True,
         eos_token_id=sorted(eos), pad_token_id=min(eos))
 
 
-def assert_same_as_transformers(model, ids, s: BeamSettings, eos: frozenset[int]) -> None:
+def assert_same_as_transformers(model, hf, ids, s: BeamSettings, eos: frozenset[int]) -> None:
     steps, done = beam(model, ids, s, eos)
-    out = hf_beam(model, ids, s, eos)
+    out = hf_beam(hf, ids, s, eos)
     hyps = done.result.hypotheses
     assert len(hyps) == s.width
     for i, h in enumerate(hyps):
@@ -123,19 +138,19 @@ CASES = [  # width, length penalty, early stopping, no-repeat n-gram, max tokens
 
 
 @pytest.mark.parametrize(("width", "penalty", "early", "ngram", "n", "eos"), CASES)
-def test_builtin_model_matches_transformers(builtin_torch, width, penalty, early, ngram, n, eos) -> None:
+def test_builtin_model_matches_transformers(builtin_torch, builtin_hf, width, penalty, early, ngram, n, eos) -> None:
     ids = builtin_torch.tokenizer.encode(PROMPT)
     s = BeamSettings(width, penalty, early, ngram, n)
-    assert_same_as_transformers(builtin_torch, ids, s, frozenset(eos) if eos else builtin_torch.tokenizer.eos_ids)
+    eos_ids = frozenset(eos) if eos else builtin_torch.tokenizer.eos_ids
+    assert_same_as_transformers(builtin_torch, builtin_hf, ids, s, eos_ids)
 
 
 @pytest.mark.parametrize(("width", "penalty", "early"), [(2, 1.0, False), (4, 0.7, True), (6, 1.5, "never")])
-def test_random_qwen2_matches_transformers(qwen2_torch, width, penalty, early) -> None:
+def test_random_qwen2_matches_transformers(qwen2_torch, qwen2_hf, width, penalty, early) -> None:
     ids = qwen2_torch.tokenizer.encode("The quick brown")
-    hf = qwen2_torch.transformers_model()
-    greedy = hf.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=6)[0, len(ids):]
+    greedy = qwen2_hf.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=6)[0, len(ids):]
     eos = frozenset({int(greedy[3]), int(greedy[5])})  # tokens the model favours: some beams end early
-    assert_same_as_transformers(qwen2_torch, ids, BeamSettings(width, penalty, early, 2, 12), eos)
+    assert_same_as_transformers(qwen2_torch, qwen2_hf, ids, BeamSettings(width, penalty, early, 2, 12), eos)
 
 
 def test_transformers_own_forward_and_cache_give_the_same(qwen2_path: Path) -> None:
@@ -144,7 +159,7 @@ def test_transformers_own_forward_and_cache_give_the_same(qwen2_path: Path) -> N
     model = TorchBackend().load(qwen2_path, LoadOptions(device="cpu", dtype="float32", fast=False))
     assert model.fast is None
     ids = model.tokenizer.encode("The quick brown")
-    assert_same_as_transformers(model, ids, BeamSettings(3, 1.0, False, 0, 8), model.tokenizer.eos_ids)
+    assert_same_as_transformers(model, model.model, ids, BeamSettings(3, 1.0, False, 0, 8), model.tokenizer.eos_ids)
 
 
 def test_the_early_stopping_rules_differ_where_transformers_says(builtin_torch) -> None:

@@ -1,7 +1,7 @@
 """The lean start on torch: a Llama-family folder built without transformers (`backends/torch/lean.py`) holds exactly
 the weights and RoPE tables transformers' `from_pretrained` gives, so its logits and a whole run's record are those
 of the same folder loaded through transformers, bit for bit; a folder it cannot reproduce loads through transformers;
-a fresh torch run imports no transformers; and transformers' own model stays at hand for its `generate`.
+a fresh torch run imports no transformers; and `logitlab bench` still times transformers' own model.
 """
 
 from __future__ import annotations
@@ -129,12 +129,15 @@ def test_a_weight_missing_or_unknown_leaves_the_folder_to_transformers(tiny_path
     assert not isinstance(model.model, LeanLlama) and model.fast is not None
 
 
-def test_transformers_own_model_is_at_hand_for_its_generate(monkeypatch):
+def test_the_benchmarks_baseline_is_transformers_own_model(monkeypatch):
+    """`logitlab bench` times transformers' `generate` on its own copy of the folder: our model is not one."""
     import torch
 
+    from backends.baselines import plain_model
+
     lean, _ = both(BUILTIN_PATH, CPU32, monkeypatch)
-    hf = lean.transformers_model()
-    assert hf is lean.transformers_model() and type(hf).__name__ == "LlamaForCausalLM"
+    hf = plain_model("torch", BUILTIN_PATH, lean).model
+    assert type(hf).__name__ == "LlamaForCausalLM" and hasattr(hf, "generate")
     ids = [[1, 5, 9, 2, 7, 3]]
     with torch.inference_mode():
         theirs = hf(input_ids=torch.tensor(ids)).logits[:, -1].float().numpy()
