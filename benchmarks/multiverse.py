@@ -3,9 +3,11 @@
 On the built-in model and a random-weight ~0.1B Llama made on the spot (`logitlab bench`'s shape, the built-in
 tokenizer), each prefilled once; then, in turns (so that a busy machine slows both alike), the same look-ahead
 (budget 200, depth 6, 10 children a node) grown with `--rows` nodes per forward and with one. Prints each one's
-best seconds of the turns (and the median), the nodes it ranked and the rows it forwarded per second, and the ratio
-of the best times against one at a time in the same process (the baseline is `rows=1`, measured in this run), under
-the window's default chain (temperature 0.8) and a top-p / min-p one (whose whole-vocabulary sort costs each row more).
+best CPU seconds of the turns (the process's, which a busy machine inflates less than the wall clock) and best wall
+seconds, the nodes it ranked and the rows it forwarded per CPU second, and the ratios of the best times against one
+at a time in the same process (the baseline is `rows=1`, measured in this run), under the window's default chain
+(temperature 0.8) and a top-p / min-p one (whose whole-vocabulary sort costs each row more); and the load average
+before and after each model.
 
     PYTHONPATH=. python benchmarks/multiverse.py [--backend torch] [--repeats 3] [--rows 32] [--models builtin,0.1b]
 """
@@ -13,6 +15,7 @@ the window's default chain (temperature 0.8) and a top-p / min-p one (whose whol
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import time
@@ -26,13 +29,14 @@ CHAINS = {"temperature 0.8": SamplerSettings(), "top-p 0.9, min-p 0.05": Sampler
 
 
 def grow(model: Any, cache: Any, logits: Any, ids: list[int], rows: int, budget: int,
-         settings: SamplerSettings) -> tuple[float, Any]:
+         settings: SamplerSettings) -> tuple[float, float, Any]:
+    """CPU seconds, wall seconds and the tree of one look-ahead."""
     from app.core.decoding.multiverse import Explorer, LookAhead
 
-    t = time.perf_counter()
+    cpu, wall = time.process_time(), time.perf_counter()
     *_, tree = Explorer(model, cache, logits, ids, (), settings,
                         LookAhead(budget=budget, depth=6, width=10, rows=rows)).grow()
-    return time.perf_counter() - t, tree
+    return time.process_time() - cpu, time.perf_counter() - wall, tree
 
 
 def bench(name: str, model: Any, rows: int, repeats: int, budget: int) -> None:
@@ -43,18 +47,20 @@ def bench(name: str, model: Any, rows: int, repeats: int, budget: int) -> None:
     logits = prefill(model, cache, ids, None)
     for chain, settings in CHAINS.items():
         grow(model, cache, logits, ids, rows, budget, settings)  # warm: first calls, the sampler's compiled steps
-        times: dict[int, list[float]] = {1: [], rows: []}
+        cpu: dict[int, list[float]] = {1: [], rows: []}
+        wall: dict[int, list[float]] = {1: [], rows: []}
         trees = {}
         for _ in range(repeats):
             for r in (1, rows):
-                seconds, trees[r] = grow(model, cache, logits, ids, r, budget, settings)
-                times[r].append(seconds)
-        base = min(times[1])
+                c, w, trees[r] = grow(model, cache, logits, ids, r, budget, settings)
+                cpu[r].append(c)
+                wall[r].append(w)
         for r in (1, rows):
-            best, tree = min(times[r]), trees[r]
-            print(f"{name:>13} {chain:>18}  rows {r:>3}: best {best:6.2f} s (median {statistics.median(times[r]):6.2f})"
-                  f"  {tree.ranked / best:7.1f} nodes/s  {tree.expanded / best:7.1f} rows/s  ({tree.ranked} nodes, "
-                  f"{tree.expanded} expanded)  ×{base / best:.2f} vs one at a time", flush=True)
+            best, tree = min(cpu[r]), trees[r]
+            print(f"{name:>13} {chain:>21}  rows {r:>3}: CPU {best:6.3f} s (median {statistics.median(cpu[r]):6.3f}) "
+                  f"wall {min(wall[r]):6.3f} s  {tree.ranked / best:6.0f} nodes/s  {tree.expanded / best:6.0f} rows/s "
+                  f"({tree.ranked} nodes, {tree.expanded} expanded)  ×{min(cpu[1]) / best:.2f} CPU, "
+                  f"×{min(wall[1]) / min(wall[r]):.2f} wall vs one at a time", flush=True)
 
 
 def main() -> None:
@@ -75,7 +81,9 @@ def main() -> None:
         try:
             model = get_backend(args.backend, path).load(Path(path), LoadOptions(dtype="float32"))
             label = f"{name} ({model.info.parameters / 1e6:.0f}M)"
+            print(f"load average before: {os.getloadavg()[0]:.1f}", flush=True)
             bench(label, model, args.rows, args.repeats, args.budget)
+            print(f"load average after: {os.getloadavg()[0]:.1f}", flush=True)
             model.close()
         finally:
             if name != "builtin":
