@@ -200,7 +200,7 @@ class NumpyRows(NumpyOps):
     def where(self, cond: Any, a: Any, b: Any) -> Any:
         if type(cond) is Rows or type(a) is Rows or type(b) is Rows:
             return Rows(np.where(*aligned((cond, a, b))))
-        return np.where(cond, a, b)
+        return super().where(cond, a, b)
 
     def cumsum(self, x: Any) -> Any:
         return Rows(np.cumsum(x.a, axis=-1, dtype=x.a.dtype)) if type(x) is Rows else super().cumsum(x)
@@ -239,6 +239,9 @@ class NumpyRows(NumpyOps):
         if type(x) is not Rows and type(idx) is Rows:
             return Rows(np.asarray(x)[idx.a])
         return x[idx]
+
+    def survivors(self, x: Any, line: Any = None) -> Any:
+        return None if type(x) is Rows else super().survivors(x, line)  # (rows keep one shape: the whole vectors)
 
     def scatter(self, x: Any, idx: Any, values: Any) -> Any:
         if type(x) is not Rows:

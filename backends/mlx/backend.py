@@ -147,6 +147,9 @@ class MlxOps:
     def stack(self, xs: list[Any]) -> mx.array:
         return mx.stack([x if isinstance(x, mx.array) else mx.array(x) for x in xs])
 
+    def survivors(self, x: mx.array, line: Any = None) -> None:
+        return None  # one shape whatever a cut left: the stages work on the whole vector (and compile, and map)
+
 
 class MlxModel(MlxLayers, MlxSteering):  # (the lens and attention: mlx/inside.py; steering: mlx/steer.py)
     capabilities = LOCAL

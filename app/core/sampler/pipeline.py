@@ -1,7 +1,8 @@
 """The sampler pipeline: penalties, then the stages the settings turn on, in their order (what `sampling.py` runs
 and draws from). Written once against `ArrayOps`, so the same definition runs on numpy (the reference), mlx and torch.
 A stage (`stages.py`) takes logits and returns a `Cut`: the logits it left (a cut token's logit is -inf) and where
-it cut. `History` holds the token counts the penalties need; `Dist` is the softmax the draw and the record read.
+it cut. `History` holds the token counts the penalties need; `Dist` is the softmax the draw and the record read
+(`Dist.of`: on numpy, from a cut distribution's few finite logits alone, with the same numbers).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from app.core.sampler.think_budget import ThinkState
 
 LOGIT_LIMIT = 1e9  # raw logits are clipped here: NaN/-huge become -inf, +inf becomes this
+U_MAX = 1 - 2**-23  # the draw's uniform is capped one float32 step below 1
 
 
 def make_stages(s: SamplerSettings, vocab: int) -> list[Stage]:
@@ -142,12 +144,63 @@ class Dist:
     def lse(self) -> Array:
         return self.m + self.log_z
 
+    def draw(self, u: Array) -> Array:
+        """(1,) the token the uniform `u` draws from the distribution (the last row's): the first whose running mass
+        passes u × the whole. u is capped one float32 step below 1 so that u * total < total survives rounding: that
+        token always exists and always has p > 0."""
+        ops = self.ops
+        cdf = ops.cumsum(self.p if self.x.ndim == 1 else self.e[-1] / self.z[-1])
+        return ops.stack([ops.minimum(ops.sum(cdf <= ops.minimum(u, U_MAX) * cdf[-1]), self.x.shape[-1] - 1)])
+
+    @staticmethod
+    def of(ops: ArrayOps, x: Array) -> Dist:
+        """The Dist of one distribution (V,), with the same numbers: where the executor finds its few finite logits
+        (numpy, after a cut: `ArrayOps.survivors`), made from those alone. (Rows stay one (R, V) Dist: numpy's
+        vector calls over them cost less than finding each row's few.)"""
+        few = ops.survivors(x)
+        return Dist(ops, x) if few is None else _Few(ops, x, *few)
+
     def entropy(self, rows: slice | None = None) -> Array:
         """log z - Σ e (x - m) / z over the tokens with e > 0, of each row (or of the `rows` a slice picks, a view).
         A cut token's x - m is -inf: it is zeroed before the product (0 × -inf is NaN, and slow to make)."""
         e, xm, z, log_z = (self.e, self.xm, self.z, self.log_z) if rows is None else (
             self.e[rows], self.xm[rows], self.z[rows], self.log_z[rows])
         return log_z - self.ops.sum(e * self.ops.where(e > 0, xm, 0.0), axis=-1) / z
+
+
+class _Few(Dist):
+    """A Dist (V,) made on numpy from its few finite logits (`ids` ascending, `v`), bit for bit the whole vector's: the
+    same max, exponentials and probabilities at those ids (0 elsewhere), and the sum over the vocabulary taken over the
+    same (V,) vector of exponentials (numpy's sums go pairwise: a shorter vector could round otherwise)."""
+
+    def __init__(self, ops: ArrayOps, x: np.ndarray, ids: np.ndarray, v: np.ndarray) -> None:
+        self.ops, self.x, self.ids, self.m = ops, x, ids, ops.max(v)
+        self.few = ops.exp(v - self.m)  # (k,)
+        self.z = ops.sum(self._whole(self.few), axis=-1)
+        self.log_z = ops.log(self.z)
+
+    def _whole(self, values: np.ndarray) -> np.ndarray:
+        out = np.zeros(self.x.shape[0], dtype=np.float32)
+        out[self.ids] = values
+        return out
+
+    @cached_property
+    def e(self) -> np.ndarray:  # type: ignore[override]
+        return self._whole(self.few)
+
+    @cached_property
+    def xm(self) -> np.ndarray:  # type: ignore[override]
+        return self.x - self.m
+
+    @cached_property
+    def p(self) -> np.ndarray:
+        return self._whole(self.few / self.z)
+
+    def draw(self, u: Array) -> Array:
+        """Dist.draw over the few: the whole running mass holds each of theirs from its id to the next one's."""
+        cdf = np.cumsum(self.few / self.z, dtype=np.float32)
+        passed = self.ops.sum(cdf <= self.ops.minimum(u, U_MAX) * cdf[-1])  # the survivors at or below u × the whole
+        return self.ops.stack([self.ids[passed] if passed < self.ids.shape[0] else np.intp(self.x.shape[0] - 1)])
 
 
 def run_stages(ops: ArrayOps, stages: Sequence[Stage], s: SamplerSettings, raw: Array, u: Array,

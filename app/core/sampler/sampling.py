@@ -17,6 +17,7 @@ import numpy as np
 
 from app.core.record.record import GrammarStep, Sample
 from app.core.sampler.grammar_step import Check, rejected, replayed
+from app.core.sampler.pipeline import U_MAX as U_MAX  # (the speculative rounds' draw reads it here)
 from app.core.sampler.pipeline import Dist, History, Stage, bump, grammar_first, make_stages, run_stages, sanitize
 from app.core.sampler.stages import dry_penalties, dry_vector, next_mu, xtc_uniform
 from app.core.sampler.step_output import CutRows, Drawn, Mode, Recorded, StepOutput
@@ -27,7 +28,6 @@ from app.core.settings import SamplerSettings
 from backends.ops import NUMPY, Array, ArrayOps, vmap
 
 NAN = float("nan")
-U_MAX = 1 - 2**-23
 
 
 class NoValidTokenError(RuntimeError):
@@ -303,12 +303,8 @@ def _device_step(ops: ArrayOps, stages: Sequence[Stage], s: SamplerSettings, top
     counts, mu = (state[:-1], state[-1]) if miro else (state, None)
     cuts = run_stages(ops, stages, s, raw, ops.stack([u[0], u[1], mu]) if miro else u, *counts, dry=dry,
                       think=think, mask=mask)
-    rows = stage_rows(ops, raw, cuts) if mode is Recorded else Dist(ops, cuts[-1].x)
-    cdf = ops.cumsum(rows.e[-1] / rows.z[-1] if mode is Recorded else rows.p)  # the final distribution
-    # u is capped one float32 step below 1 so that u * total < total survives rounding: the first index where
-    # the CDF passes u * total always exists and always has p > 0.
-    token = ops.minimum(ops.sum(cdf <= ops.minimum(u[0], U_MAX) * cdf[-1]), raw.shape[0] - 1)
-    tok = ops.stack([token])  # (1,)
+    rows = stage_rows(ops, raw, cuts) if mode is Recorded else Dist.of(ops, cuts[-1].x)
+    tok = rows.draw(u[0])  # (1,) from the final distribution
     bumped = tuple(bump(ops, h, tok) for h in counts)
     if miro:
         p_drawn = ops.take(rows.e[-1] / rows.z[-1] if mode is Recorded else rows.p, tok)[0]

@@ -3,7 +3,8 @@ top-n-sigma, epsilon and eta cutoffs, XTC, dynamic temperature, mirostat v2, DRY
 grammar (its mask made on the host, `constraint.py`); and `BUILDERS`,
 which makes each stage of the table (`app.core.stage_table`, same names) from the settings.
 
-Written once against `ArrayOps` (numpy is the reference; mlx and torch run the same code). A stage records where it
+Written once against `ArrayOps` (numpy is the reference; mlx and torch run the same code; on numpy, top-p and
+`keep_first` after a cut work on its few survivors alone, `ArrayOps.survivors`, to the bit). A stage records where it
 cut in its input's probability space (`Cut.prob`) or as a logit line (`Cut.line`); the dynamic temperature records
 the temperature it applied. XTC's coin is the step's second uniform (`xtc_uniform`), made from the run's own draw,
 so a seed replays it and the trace's `u` records it. DRY's penalties come from the token sequence, on the host
@@ -64,6 +65,9 @@ def apply_top_k(ops: ArrayOps, x: Array, k: int) -> Cut:
 
 def apply_top_p(ops: ArrayOps, x: Array, p: float) -> Cut:
     """Keep the smallest prefix of the most likely tokens whose mass reaches p (at least one token)."""
+    few = ops.survivors(x)
+    if few is not None:  # (numpy, after a cut: the same numbers from its survivors alone)
+        return _top_p_of_few(x, p, *few)
     sorted_x = ops.sort_desc(x)  # values only: the prefix is then cut by value, without an argsort + scatter
     e = ops.exp(sorted_x - sorted_x[0])  # the first is the largest
     sorted_p = e / ops.sum(e)
@@ -72,12 +76,43 @@ def apply_top_p(ops: ArrayOps, x: Array, p: float) -> Cut:
     return Cut(keep_first(ops, x, ops.take(sorted_x, ops.maximum(n - 1, 0)), n), mass=p, order=(sorted_x, cdf))
 
 
+def _top_p_of_few(x: np.ndarray, p: float, ids: np.ndarray, v: np.ndarray) -> Cut:
+    """`apply_top_p` on numpy from the few finite logits alone (`ArrayOps.survivors`: ids ascending, values), each
+    number the whole vector's: its sorted input and running mass are those of the survivors, then -inf and the whole
+    mass; the one sum over the vocabulary is taken over the same (V,) vector (numpy's sums go pairwise: a shorter
+    vector could round otherwise). The same tokens kept, ties to lower ids."""
+    n, k = x.shape[0], v.shape[0]
+    top = -np.sort(-v)  # (k,) descending
+    e = np.exp(top - top[0])
+    whole = np.zeros(n, dtype=np.float32)
+    whole[:k] = e
+    sorted_p = e / np.add.reduce(whole)
+    cdf = np.cumsum(sorted_p, dtype=np.float32)
+    keep = np.count_nonzero(cdf - sorted_p < max(p, 1e-30))  # by the mass strictly before each
+    sorted_x, mass = np.full(n, NEG_INF, dtype=np.float32), np.full(n, cdf[-1], dtype=np.float32)
+    sorted_x[:k], mass[:k] = top, cdf
+    return Cut(_keep_first_of_few(n, top[max(keep - 1, 0)], keep, ids, v), mass=p, order=(sorted_x, mass))
+
+
 def keep_first(ops: ArrayOps, x: Array, kth: Array, n: Array | int) -> Array:
     """The first n tokens in descending order, ties broken by lower id, given the n-th value `kth`: all above
     it, then as many of those equal to it as there is room for. O(vocabulary), no sort."""
+    few = ops.survivors(x, kth)  # (numpy: the few at or above the n-th value, all it can keep, worked on alone)
+    if few is not None:
+        return _keep_first_of_few(x.shape[0], kth, n, *few)
     above, tied = x > kth, x == kth
     room = n - ops.sum(above)
     return ops.where(above | (tied & (ops.count_cumsum(tied) <= room)), x, NEG_INF)
+
+
+def _keep_first_of_few(size: int, kth: np.ndarray, n: int, ids: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """`keep_first` over the candidates alone (`ids` ascending, values `v`: every one at or above `kth`), as a
+    (size,) vector: -inf but where they are kept."""
+    above, tied = v > kth, v == kth
+    kept = above | (tied & (np.cumsum(tied, dtype=np.int32) <= n - np.count_nonzero(above)))
+    out = np.full(size, NEG_INF, dtype=np.float32)
+    out[ids[kept]] = v[kept]
+    return out
 
 
 def apply_min_p(ops: ArrayOps, x: Array, m: float) -> Cut:

@@ -41,7 +41,17 @@ def host_record(host: CutRows, names: tuple[str, ...], top_n: int) -> Recorded:
             for i, (name, line, own) in enumerate(zip(names, lines, owns, strict=True))]
     at = names.index("grammar") if "grammar" in names else None
     with np.errstate(all="ignore"):
-        return make_record(NUMPY, x[0], cuts, Dist(NUMPY, x), host.token.astype(np.int64), top_n, at)
+        return make_record(NUMPY, x[0], cuts, HostRows(NUMPY, x), host.token.astype(np.int64), top_n, at)
+
+
+class HostRows(Dist):
+    """The record's rows on numpy: `Dist`, with the entropies taken row by row (the raw row's, where nothing is cut,
+    then reads its x - m itself rather than a copy): the same numbers."""
+
+    def entropy(self, rows: slice | None = None) -> np.ndarray:
+        picked = range(self.x.shape[0])[rows or slice(None)]
+        return np.array([self.log_z[i] - np.add.reduce(self.e[i] * NUMPY.where(self.e[i] > 0, self.xm[i], 0.0))
+                         / self.z[i] for i in picked])
 
 
 def stage_rows(ops: ArrayOps, raw: Array, cuts: list[Cut]) -> Dist:
@@ -61,7 +71,7 @@ def make_record(ops: ArrayOps, raw: Array, cuts: list[Cut], rows: Dist, tok: Arr
     finite = ops.isfinite(rows.x[1:])  # (S, V): what each stage left
     cumulative = [_cumulative(ops, c, rows.x[i], ids) for i, c in enumerate(cuts) if c.order is not None]
     raw_tok = ops.take(raw, tok)
-    rank = ops.sum(raw > raw_tok) + ops.sum((raw == raw_tok) & (ops.arange(vocab) < tok))
+    rank = ops.sum(raw > raw_tok) + ops.take(ops.count_cumsum(raw == raw_tok), tok)[0] - 1  # (ties: lower ids first)
     logp = rows.xm[:, tok][:, 0] - rows.log_z  # (S+1,) the token's log-probability in each row
     entropy, lse = rows.entropy(slice(None, None, last)), rows.lse  # rows 0 and S (raw, final) only: a view
     scalars = StepScalars(token=ops.f32(tok[0]), prob=ops.exp(logp[last]), raw_logprob=logp[0], rank=ops.f32(rank),
