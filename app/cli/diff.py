@@ -18,7 +18,18 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
-from app.cli.arguments import Parser, emit, fail, nonempty, read_prompt, status_line, text_arg, thread_count, to_json
+from app.cli.arguments import (
+    Parser,
+    emit,
+    fail,
+    nonempty,
+    read_prompt,
+    run_job,
+    status_line,
+    text_arg,
+    thread_count,
+    to_json,
+)
 from app.core.decoding.quant_diff import Diffed, DiffProgress, DiffRequest, QuantDiff
 from app.core.events import Failed
 from app.core.models.sources import ModelSpec, check_source
@@ -74,17 +85,7 @@ def main(argv: Sequence[str]) -> int:
         text = read_prompt(args)
     except SettingsError as e:
         return fail(str(e), 2, PROG)
-    from app.core.runs.jobs import Job, stream  # (the model thread loads the core's heavy modules: not for --help)
-    from app.core.runs.model_thread import ModelThread
-
-    worker = ModelThread()
-    try:
-        return _print_all(stream(worker.start(Job("diff", (DiffRequest(model=a, model_b=b, prompt=text),)))))
-    except KeyboardInterrupt:
-        worker.cancel()
-        return 130
-    finally:
-        worker.close()
+    return run_job("diff", DiffRequest(model=a, model_b=b, prompt=text), _print_all)
 
 
 def check_model(flag: str, source: str) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, replace
 from typing import Any
 
-from app.cli.arguments import add_count, emit, fail, nonempty, status_line, to_json
+from app.cli.arguments import add_count, emit, fail, nonempty, run_job, status_line, to_json
 from app.core.events import Drafted, Failed, Finished, Prefilled, Request, Speculated, Step
 from app.core.models.sources import BUILTIN_DRAFT_NAME, ModelSpec
 from app.core.record.spec_record import K_MAX, SpecSummary
@@ -43,21 +43,11 @@ def draft_request(request: Request, args: argparse.Namespace) -> Request:
 
 def run_draft(request: Request, args: argparse.Namespace) -> int:
     """Run it on a model thread and print it; 0 when it finished, 1 when it failed (one line on stderr)."""
-    from app.core.runs.jobs import Job, stream  # (the model thread loads the core's heavy modules: not for --help)
-    from app.core.runs.model_thread import ModelThread
-
     if request.n != 1:
         return fail("speculative decoding draws one sample: leave out --n", 2, PROG)
     if not 0 <= args.num_draft <= K_MAX:
         return fail(f"--num-draft must be from 0 to {K_MAX}, got {args.num_draft}", 2, PROG)
-    worker = ModelThread()
-    try:
-        return _print_all(stream(worker.start(Job("speculative", (draft_request(request, args),)))), args)
-    except KeyboardInterrupt:
-        worker.cancel()
-        return 130
-    finally:
-        worker.close()
+    return run_job("speculative", draft_request(request, args), lambda events: _print_all(events, args))
 
 
 def _print_all(events: Iterable[object], args: argparse.Namespace) -> int:
