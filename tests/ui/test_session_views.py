@@ -1,7 +1,8 @@
 """What the views showed comes back with the session: a beam search (its tree, hypotheses and a step's candidates), a
-speculative run (its rounds, summary and name), a sweep (its grid, colours and each cell's samples) and a Sample ×N
-list, run in one window, saved (or autosaved), then opened in a fresh window, are drawn there from the saved records
-as they were, with nothing run again; and they still open as runs there."""
+speculative run (its rounds, summary and name), a sweep (its grid, colours and each cell's samples), a Sample ×N
+list and a steering grid (its cells' texts, numbers and marks), run in one window, saved (or autosaved), then opened
+in a fresh window, are drawn there from the saved records as they were, with nothing run again; and those that open
+runs still open them there."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from app.ui.files.autosave import AUTOSAVE_MS
 from app.ui.main_window import MainWindow
 from app.ui.tools.speculative_view import COLUMNS, run_name
 from tests.tiny import make_model
-from tests.ui.conftest import RUN_TIMEOUT, WINDOW_BACKEND
+from tests.ui.conftest import RUN_TIMEOUT, WINDOW_BACKEND, needs_torch
 from tests.ui.tools.test_beam_view import open_dock, run_search
 from tests.ui.tools.test_samples_view import sampled, shown_rows
 from tests.ui.tools.test_sweep_view import sweep_window
@@ -183,3 +184,41 @@ def test_a_sample_list_comes_back_saved_or_autosaved_and_its_rows_open_as_runs(q
     assert fresh.sessions.new() and back.table.rowCount() == 0
     assert fresh.sessions.recover(session_file.load(path))
     assert samples_shown(back) == shown
+
+
+# the steering grid ----------------------------------------------------------------------------------------------
+
+def grid_shown(view) -> dict:
+    t = view.table
+    return {"cells": table(t, t.columnCount()), "tips": [t.item(0, c).toolTip() for c in range(t.columnCount())],
+            "colours": [[t.item(r, c).background().color().rgba() for c in range(t.columnCount())]
+                        for r in range(t.rowCount())],
+            "headers": ([t.verticalHeaderItem(r).text() for r in range(t.rowCount())],
+                        [t.horizontalHeaderItem(c).text() for c in range(t.columnCount())]),
+            "status": view.status.text(), "inputs": (view.strengths.text(), view.layer_sets.text(),
+                                                     view.samples.value())}
+
+
+@needs_torch
+def test_a_steering_grid_comes_back_with_its_cells_as_the_core_recorded_them(qtbot, window, fresh, tmp_path):
+    window.prompt.set_prompt("The day was")
+    window.sampler.editors["max_tokens"].setValue(4)
+    window.tools["steering"].trigger()
+    dock = window.tools["steering"].view
+    with qtbot.waitSignal(dock.made, timeout=RUN_TIMEOUT):
+        assert dock.make()
+    grid = dock.grid
+    grid.strengths.setText("0, 40")
+    with qtbot.waitSignal(grid.ended, timeout=RUN_TIMEOUT):
+        assert grid.run()
+    qtbot.waitUntil(lambda: not window.playground.busy, timeout=RUN_TIMEOUT)
+    shown = grid_shown(grid)
+    assert "BROKEN" in shown["cells"][0][1] and shown["status"].startswith("2 of 2 cells done")
+
+    back = reopened(window, fresh, tmp_path / "grid.jsonl", "steering")
+    assert back.tabs.currentWidget() is back.grid and back.grid.isVisible()  # its tab in front
+    assert grid_shown(back.grid) == shown
+    assert back.grid.results == grid.results  # drawn from the saved results: nothing run again
+    assert [r.request.run_ids for r in back.grid.plan.cells] == [r.request.run_ids for r in grid.plan.cells]
+    assert back.grid.run_button.isEnabled() and not back.grid.stop_button.isEnabled()
+    assert fresh.sessions.new() and back.grid.table.rowCount() == 0 and back.grid.record() is None  # another session

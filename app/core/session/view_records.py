@@ -1,6 +1,7 @@
 """What the session's views showed, as the core recorded it, so that a reopened session draws it again: the beam
 search (each step's cut, the hypotheses, each one's steps as a run), the speculative run's rounds and totals, the
-sweep's grid with each cell's statistics, the Sample ×N list's, the multiverse's tree, the think probes. Plain records
+sweep's grid with each cell's statistics, the Sample ×N list's, the multiverse's tree, the think probes, the steering
+grid's cells with their results. Plain records
 that name runs by id (`Views.renumbered`: as a reopened session numbers them), and their JSON, the session file's
 `views` object (`views_json`, `read_views`; a view that showed nothing has no key, as an older file has none for the
 probes). No Qt, no models: nothing is recomputed; what the records hold (numpy's, through the traces) is imported when
@@ -22,6 +23,7 @@ from app.core.session.run_group import model_json, read_model
 
 if TYPE_CHECKING:
     from app.core.compare.statistics import Axis, Cell, Comparison
+    from app.core.compare.steer_grid import CellResult, GridCell
     from app.core.decoding.beam import BeamFinished, BeamSettings, BeamStarted, BeamStep
     from app.core.decoding.probes import ThinkProbe
 
@@ -70,6 +72,27 @@ class SweepRecord:
     pattern: str  # match_rate's regular expression ("": none)
     batches: int  # jobs it took so far
     cells: tuple[SweptCell, ...]
+
+
+@dataclass(frozen=True)
+class SteeredCell:
+    """A steering grid's cell: its layers, strength and settings, its samples' runs (none: not started), its result
+    once all ended."""
+
+    cell: GridCell
+    run_ids: tuple[int, ...]
+    result: CellResult | None
+    stopped: bool = False  # its samples were cancelled or failed before they ended: no result
+
+
+@dataclass(frozen=True)
+class SteerGridRecord:
+    """The steering dock's strength × layer grid: its strengths and layer sets as typed, N, and its cells."""
+
+    strengths: str
+    layer_sets: str
+    samples: int  # N, per cell
+    cells: tuple[SteeredCell, ...]
 
 
 @dataclass(frozen=True)
@@ -127,18 +150,21 @@ class Views:
     samples: SamplesRecord | None = None
     multiverse: MultiverseRecord | None = None
     probes: ProbesRecord | None = None
+    steer_grid: SteerGridRecord | None = None
 
     def renumbered(self, new_ids: Mapping[int, int]) -> Views:
         """The records with their runs' ids as `new_ids` maps them: a run it does not map is left out (0 where a
         single one is named)."""
-        spec, sweep, samples, probes = self.speculative, self.sweep, self.samples, self.probes
+        spec, sweep, samples, probes, grid = self.speculative, self.sweep, self.samples, self.probes, self.steer_grid
         return replace(
             self, multiverse=self.multiverse and _multiverse(self.multiverse, new_ids),
             probes=probes and replace(probes, run_id=new_ids.get(probes.run_id, 0)),
             speculative=spec and replace(spec, run_id=new_ids.get(spec.run_id, 0)),
             sweep=sweep and replace(sweep, cells=tuple(_cell(c, new_ids) for c in sweep.cells)),
             samples=samples and replace(samples, run_ids=_ids(samples.run_ids, new_ids),
-                                        result=_comparison(samples.result, new_ids)))
+                                        result=_comparison(samples.result, new_ids)),
+            steer_grid=grid and replace(grid, cells=tuple(replace(c, run_ids=_ids(c.run_ids, new_ids))
+                                                          for c in grid.cells)))
 
 
 def _multiverse(r: MultiverseRecord, new_ids: Mapping[int, int]) -> MultiverseRecord:
@@ -170,7 +196,7 @@ def views_json(views: Views) -> dict[str, Any]:
     out: dict[str, Any] = {} if views.beam is None else {"beam": _beam_json(views.beam)}
     if (mv := views.multiverse) is not None:
         out["multiverse"] = {"model": model_json(mv.model), "tree": mv.multiverse.to_dict()}
-    for key in ("speculative", "sweep", "samples"):
+    for key in ("speculative", "sweep", "samples", "steer_grid"):
         if (record := getattr(views, key)) is not None:
             out[key] = to_json(record)
     if views.probes is not None:
@@ -238,6 +264,21 @@ def _read_cell(value: Any, where: str) -> SweptCell:
                      _read(obj, "result", Comparison | None, where), _read(obj, "stopped", bool, where))
 
 
+def _read_steer_grid(value: Any) -> SteerGridRecord:
+    obj, where = _object(value, "views.steer_grid"), "views.steer_grid"
+    cells = tuple(_read_steered(c, f"{where}.cells[{i}]") for i, c in enumerate(_read(obj, "cells", list, where)))
+    return SteerGridRecord(_read(obj, "strengths", str, where), _read(obj, "layer_sets", str, where),
+                           _read(obj, "samples", int, where), cells)
+
+
+def _read_steered(value: Any, where: str) -> SteeredCell:
+    from app.core.compare.steer_grid import CellResult, GridCell  # (numpy's, through the traces: see the docstring)
+
+    obj = _object(value, where)
+    return SteeredCell(_read(obj, "cell", GridCell, where), _read(obj, "run_ids", tuple[int, ...], where),
+                       _read(obj, "result", CellResult | None, where), _read(obj, "stopped", bool, where))
+
+
 def _read_samples(value: Any) -> SamplesRecord:
     from app.core.compare.statistics import Comparison
 
@@ -288,7 +329,8 @@ def _read_multiverse(value: Any) -> MultiverseRecord:
 
 
 READERS = {"beam": _read_beam, "speculative": _read_spec, "sweep": _read_sweep, "samples": _read_samples,
-           "multiverse": _read_multiverse, "probes": _read_probes}
+           "multiverse": _read_multiverse, "probes": _read_probes,
+           "steer_grid": _read_steer_grid}
 
 
 def _read(obj: dict[str, Any], key: str, tp: Any, where: str) -> Any:

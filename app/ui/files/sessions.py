@@ -217,12 +217,15 @@ def state(pg: Playground) -> tuple:
 
 def open_views(tools: dict[str, Any], session: Session) -> None:
     """Open the Run-menu views (`tools`, by name) that a saved session's records are for, which draw them: its
-    side-by-side columns, a beam search, a speculative run, a sweep, a Sample ×N list, a run's think probes."""
+    side-by-side columns, a beam search, a speculative run, a sweep, a Sample ×N list, a run's think probes, the
+    steering dock's grid (its tab in front)."""
     side = tools.get("side")
     if side is not None and any(g.kind == SIDE_BY_SIDE for g in session.groups):
         side.open()
     views = session.views
     for name, record in (("beam", views.beam), ("speculative", views.speculative), ("sweep", views.sweep),
-                         ("samples", views.samples), ("think", views.probes)):
+                         ("samples", views.samples), ("think", views.probes), ("steering", views.steer_grid)):
         if record is not None and name in tools:
-            tools[name].open()
+            view = tools[name].open()
+            if name == "steering":
+                view.show_grid()

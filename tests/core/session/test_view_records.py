@@ -1,7 +1,7 @@
 """What the views showed, kept in the session file: the beam search, the speculative run, the sweep, the Sample ×N
-list and the think probes are saved as the core recorded them and read back equal; their runs follow the ids a
-reopened session gives; a field of the wrong type is named; whatever a fuzzer puts in them is read whole or refused in
-one line; a file written before the probes were kept still opens."""
+list, the think probes and the steering grid are saved as the core recorded them and read back equal; their runs
+follow the ids a reopened session gives; a field of the wrong type is named; whatever a fuzzer puts in them is read
+whole or refused in one line; a file written before the probes (or the steering grid) were kept still opens."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from app.core.compare import steer_grid
 from app.core.compare.statistics import Axis, compare, make_grid
 from app.core.decoding.beam import BeamFinished, BeamResult, BeamSettings, BeamStarted, BeamStep, Candidate, Hypothesis
 from app.core.decoding.probes import ThinkProbe
@@ -27,6 +28,8 @@ from app.core.session.view_records import (
     ProbesRecord,
     SamplesRecord,
     SpecRecord,
+    SteeredCell,
+    SteerGridRecord,
     SweepRecord,
     SweptCell,
     Views,
@@ -62,6 +65,16 @@ def probes_record(run_id: int) -> ProbesRecord:
     return ProbesRecord(run_id, 2, "85, 86", (probe(0, [-2.0, -0.5], math.nan), probe(2, [-0.125, -3.0], -4.0)))
 
 
+def steer_record(ids: list[int]) -> SteerGridRecord:
+    """A 2 × 2 grid: its unsteered baseline done, a broken cell, a stopped one and one not started."""
+    a, b, c, d = steer_grid.make_grid(SETTINGS, "/vectors/happy.gguf", [(1,), (2, 3)], [2.5])
+    done = (steer_grid.CellResult(a, "a day", 3.5, 0.0, None, None),
+            steer_grid.CellResult(b, "x\ny", 9.25, 0.5, 1, 0.75, broken=True))
+    cells = (SteeredCell(a, tuple(ids[:2]), done[0]), SteeredCell(b, (ids[2],), done[1]),
+             SteeredCell(c, (ids[0],), None, stopped=True), SteeredCell(d, (), None))
+    return SteerGridRecord("0, 2.5", "1; 2-3", 2, cells)
+
+
 def make_views(session: Session, ids: list[int]) -> Views:
     """Every view's record over the session's runs `ids` (the first two: one request's samples)."""
     both = compare([session.get(i).trace for i in ids[:2]], "t")
@@ -71,7 +84,7 @@ def make_views(session: Session, ids: list[int]) -> Views:
                                                         SweptCell(b, (ids[2],), None, stopped=True),
                                                         SweptCell(c, (), None), SweptCell(d, (), None)))
     return Views(beam_record(), spec_record(ids[2]), sweep, SamplesRecord(tuple(ids[:2]), both),
-                 probes=probes_record(ids[1]))
+                 probes=probes_record(ids[1]), steer_grid=steer_record(ids))
 
 
 def views_session() -> tuple[Session, list[int]]:
@@ -89,7 +102,7 @@ def test_every_view_s_record_is_saved_and_read_back_equal(tmp_path: Path):
     save(doc, tmp_path / "s.jsonl")
     lines = (tmp_path / "s.jsonl").read_text(encoding="utf-8").splitlines()
     strict_json(lines[0])  # standard JSON: -inf as its string
-    assert set(json.loads(lines[0])["views"]) == {"beam", "speculative", "sweep", "samples", "probes"}
+    assert set(json.loads(lines[0])["views"]) == {"beam", "speculative", "sweep", "samples", "probes", "steer_grid"}
     back = load(tmp_path / "s.jsonl")
     assert back.views == doc.views and back == doc
     assert back.views.sweep.cells[1].cell.values == {"temperature": 0.5, "top_k": 40}  # a whole number stays one
@@ -101,11 +114,14 @@ def test_every_view_s_record_is_saved_and_read_back_equal(tmp_path: Path):
     probes = back.views.probes.probes
     assert [p.leading for p in probes] == ["86", "85"] and math.isnan(probes[0].close_logprob)
     np.testing.assert_array_equal(probes[1].top_ids, [17, 4])
+    grid = back.views.steer_grid.cells
+    assert grid[1].cell.settings.steering.layers == (1,) and grid[1].cell.settings.steering.strength == 2.5
+    assert grid[1].result.broken and grid[1].result.cell == grid[1].cell and grid[2].stopped
 
 
 def test_a_view_that_showed_nothing_has_no_key():
     session, ids = views_session()
-    session.views = replace(session.views, beam=None, sweep=None, probes=None)
+    session.views = replace(session.views, beam=None, sweep=None, probes=None, steer_grid=None)
     head = json.loads(next(encode(replace(make_doc(session, ids), views=session.views))))
     assert set(head["views"]) == {"speculative", "samples"}
     assert "views" not in json.loads(next(encode(make_doc(session, ids))))
@@ -126,6 +142,10 @@ def test_the_records_follow_runs_given_fresh_ids_and_forget_runs_not_saved():
     assert [s.run_id for s in back.views.samples.result.samples] == [0, 0]  # (their saved ids were the old ones)
     first = back.views.sweep.cells[0]
     assert first.run_ids == () and first.result.stats == doc.views.sweep.cells[0].result.stats
+    assert [c.run_ids for c in back.views.steer_grid.cells] == [(), (), (), ()]  # (their saved ids: the old ones)
+    assert back.views.steer_grid.cells[1].result == doc.views.steer_grid.cells[1].result  # the results kept
+    moved = doc.views.renumbered({ids[0]: 7, ids[2]: 9}).steer_grid.cells
+    assert [c.run_ids for c in moved] == [(7,), (9,), (7,), ()]  # (ids[1]: a run not kept)
 
 
 @pytest.mark.parametrize(("path", "value", "says"), [
@@ -141,6 +161,10 @@ def test_the_records_follow_runs_given_fresh_ids_and_forget_runs_not_saved():
     (("probes", "probes", 1, "top_ids", 0), 1.5, r"views.probes.probes\[1\].top_ids\[0\] must be a whole number"),
     (("probes", "probes", 0, "answer_logprobs"), [1.0], r"views.probes.probes\[0\]: 2 top ids for 2 log-probabilities, "
      "2 answers for 1"),
+    (("steer_grid", "cells", 1, "result", "perplexity"), "high", r"views.steer_grid.cells\[1\].result.perplexity must "
+     "be a number"),
+    (("steer_grid", "cells", 0, "cell", "layers"), 3, r"views.steer_grid.cells\[0\].cell.layers must be a list"),
+    (("steer_grid", "samples"), None, "views.steer_grid.samples must be a whole number"),
 ])
 def test_a_record_field_of_the_wrong_type_is_named(tmp_path: Path, path: tuple, value: object, says: str):
     session, ids = views_session()
@@ -179,8 +203,9 @@ def test_whatever_the_views_hold_they_are_read_whole_or_refused_in_one_line(data
         assert list(encode(from_lines(encoded))) == encoded
 
 
-def test_a_session_saved_before_probes_were_kept_opens_without_them():
+@pytest.mark.parametrize("key", ["probes", "steer_grid"])
+def test_a_session_saved_before_probes_or_the_steering_grid_were_kept_opens_without_them(key: str):
     head, *rest = VIEWS_OBJS
-    older = {**head, "views": {k: v for k, v in head["views"].items() if k != "probes"}}
+    older = {**head, "views": {k: v for k, v in head["views"].items() if k != key}}
     doc = from_lines([json.dumps(older), *map(json.dumps, rest)], "s.jsonl")
-    assert doc.views.probes is None and doc.views.beam is not None
+    assert getattr(doc.views, key) is None and doc.views.beam is not None

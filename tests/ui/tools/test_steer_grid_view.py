@@ -30,6 +30,10 @@ def test_the_grid_table_holds_each_cells_recorded_values(qtbot, window: MainWind
     grid.strengths.setText("nine")
     assert not grid.run() and grid.status.text() == "strengths are numbers with commas (1,2,4), got 'nine'"
     grid.strengths.setText("0, 40")
+    grid.layer_sets.setText("1; 0-1")  # a layer the vector has no direction for: said before any cell runs
+    assert not grid.run() and grid.status.text().startswith("the vector has no direction for layer 0 (it has 1")
+    assert not window.playground.busy and not grid.plan.cells
+    grid.layer_sets.setText("1")
     with qtbot.waitSignal(grid.ended, timeout=RUN_TIMEOUT):
         assert grid.run()
     qtbot.waitUntil(lambda: not window.playground.busy, timeout=RUN_TIMEOUT)

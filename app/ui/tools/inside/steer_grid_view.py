@@ -2,13 +2,15 @@
 a steered run (`SteerGridPlan`, run by the view-model's `run_plan`, one seed for all), each cell drawn from its
 `CellResult`: the text, its perplexity under the unsteered model, the mean KL from it, the strength relative to the
 residual norm, and a cell the core marked broken in red. It draws what the core computed (`cell_result`,
-`mark_broken`) and does no maths of its own.
+`mark_broken`) and does no maths of its own. The session keeps the grid shown (`SteerGridRecord`): a reopened
+session's is drawn again from its cells' recorded results.
 """
 
 from __future__ import annotations
 
 import html
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, Signal
@@ -36,12 +38,16 @@ from app.core.compare.steer_grid import (
     mark_broken,
 )
 from app.core.control_vectors import ControlVector, parse_layer_sets, parse_strengths
+from app.core.session.view_records import SteeredCell, SteerGridRecord
 
 if TYPE_CHECKING:
+    from app.core.events import Request
+    from app.core.session.store import Session
     from app.ui.viewmodel.playground import Playground
 
 BROKEN = QColor(220, 40, 40, 110)  # a cell whose fluency broke (the core's mark)
 STOPPED = "stopped"
+READY = "Make or load a vector, then Run grid. "
 SHOWN_CHARS = 600  # a cell's text shown at most (the table elides what does not fit; the tooltip holds it all)
 HELP = (f"Each cell the prompt steered at its layers and strength (one seed for all); red: BROKEN, its perplexity "
         f"under the unsteered model {FLUENCY:g}× the row's unsteered one or more. Hover a cell for its whole text.")
@@ -84,7 +90,7 @@ class SteerGridView(QWidget):
         self.path = ""
         self.plan = SteerGridPlan()
         self._plan_vector: ControlVector | None = None  # the vector the plan runs (a new one made meanwhile is not)
-        self._stopped: set[int] = set()  # the requests of cells stopped (or failed) before their samples ended
+        self._stopped: set[tuple[int, int]] = set()  # the cells (row, col) stopped or failed before their samples ended
         self.strengths = QLineEdit("0, 0.5, 1, 2, 4", toolTip="The columns: strengths with commas (0, the "
                                    "unsteered baseline, is always the first)")
         self.layer_sets = QLineEdit(placeholderText="1; 2-3", toolTip="The rows: sets of layers steered together "
@@ -92,7 +98,7 @@ class SteerGridView(QWidget):
         self.samples = QSpinBox(minimum=1, maximum=16, value=1, prefix="N = ", toolTip="Samples per cell (their "
                                 "perplexities and KL averaged; the text shown is the first's)")
         self.run_button, self.stop_button = QPushButton("Run grid"), QPushButton("Stop", enabled=False)
-        self.status = QLabel("Make or load a vector, then Run grid. " + HELP, wordWrap=True)
+        self.status = QLabel(READY + HELP, wordWrap=True)
         self.table = QTableWidget(0, 0, editTriggers=QTableWidget.EditTrigger.NoEditTriggers, wordWrap=True)
         self.table.setTextElideMode(Qt.TextElideMode.ElideRight)
         for header in (self.table.horizontalHeader(), self.table.verticalHeader()):
@@ -102,6 +108,8 @@ class SteerGridView(QWidget):
         self.stop_button.clicked.connect(self.stop)
         playground.session_changed.connect(self._score)
         playground.plan_ended.connect(self._ended)
+        playground.session_replaced.connect(self.restore)
+        self.restore()
 
     def _layout(self) -> None:
         row = QHBoxLayout()
@@ -134,9 +142,12 @@ class SteerGridView(QWidget):
             self.status.setText("A run is in progress: wait for it, or stop it.")
             return False
         try:
+            layer_sets = parse_layer_sets(self.layer_sets.text())
+            if missing := sorted({n for layers in layer_sets for n in layers} - set(self.vector.layers)):
+                raise ValueError(f"the vector has no direction for layer {missing[0]} (it has "
+                                 f"{', '.join(map(str, self.vector.layers))}): change the layer sets")
             settings = settings.with_(seed=self.pg.editing.next_run_seed())  # one seed: cells differ by steering
-            cells = make_grid(settings, self.path, parse_layer_sets(self.layer_sets.text()),
-                              parse_strengths(self.strengths.text()))
+            cells = make_grid(settings, self.path, layer_sets, parse_strengths(self.strengths.text()))
         except ValueError as e:
             self.status.setText(str(e))
             return False
@@ -163,13 +174,13 @@ class SteerGridView(QWidget):
         marks over the cells done (a row's baseline, strength 0, runs first)."""
         session, changed = self.pg.session, False
         for run in self.plan.cells:
-            if run.request is None or run.result is not None or run.request.id in self._stopped:
+            if run.request is None or run.result is not None or (run.cell.row, run.cell.col) in self._stopped:
                 continue
             traces = session.finished_traces(run.request.id)
             if traces is None:
                 continue
             if any(r.finished.reason in ("cancelled", "error") for r in session.of_request(run.request.id)):
-                self._stopped.add(run.request.id)
+                self._stopped.add((run.cell.row, run.cell.col))
             else:
                 run.result = cell_result(run.cell, traces, self._plan_vector)
             changed = True
@@ -194,6 +205,48 @@ class SteerGridView(QWidget):
         done, total = len(self.results), len(self.plan.cells)
         word = "stopped" if self.plan.stopped else "done" if done == total else "running"
         self.status.setText(f"{done} of {total} cells {word}. {HELP}")
+        self._store()
+
+    # the session keeps what the view shows ----------------------------------------------------------------------
+    def record(self) -> SteerGridRecord | None:
+        """The grid as shown: strengths and layer sets as typed, N, each cell's runs and result (None: no grid)."""
+        if not self.plan.cells:
+            return None
+        cells = tuple(SteeredCell(run.cell, run.request.run_ids if run.request is not None else (), run.result,
+                                  (run.cell.row, run.cell.col) in self._stopped) for run in self.plan.cells)
+        return SteerGridRecord(self.strengths.text(), self.layer_sets.text(), self.plan.n, cells)
+
+    def _store(self) -> None:
+        """Keep the grid shown in the session (what its file saves); a change marks the session modified."""
+        session, record = self.pg.session, self.record()
+        if record != session.views.steer_grid:
+            session.views = replace(session.views, steer_grid=record)
+            self.pg.session_changed.emit()
+
+    def restore(self) -> None:
+        """Draw the session's grid (a reopened session's) from its cells' recorded results, or nothing."""
+        record = self.pg.session.views.steer_grid
+        self.plan.stop()
+        self.plan, self._plan_vector = SteerGridPlan(), None
+        self._set_running(False)
+        if record is None:
+            self.table.clear()
+            self.table.setRowCount(0)
+            self.table.setColumnCount(0)
+            self.status.setText(READY + HELP)
+            return
+        self.strengths.setText(record.strengths)
+        self.layer_sets.setText(record.layer_sets)
+        self.samples.setValue(record.samples)
+        session = self.pg.session
+        runs = [GridRun(c.cell, _request_of(session, c.run_ids), c.result) for c in record.cells]
+        self.plan = SteerGridPlan(runs, n=record.samples)
+        self._make_table()
+        # not running now: a cell that had not ended was stopped
+        self._stopped = {(c.cell.row, c.cell.col) for c in record.cells if c.stopped}
+        self.plan.stopped = any(run.result is None for run in runs)
+        self._draw()
+        self._progress()
 
     # drawing ----------------------------------------------------------------------------------------------------
     def _make_table(self) -> None:
@@ -219,7 +272,7 @@ class SteerGridView(QWidget):
                 continue
             r = run.result
             if r is None:
-                if run.request is not None and run.request.id in self._stopped:
+                if (run.cell.row, run.cell.col) in self._stopped:
                     item.setText(STOPPED)
                     item.setToolTip("Stopped (or failed) before its samples ended")
                 continue
@@ -227,3 +280,9 @@ class SteerGridView(QWidget):
             item.setText(f"{numbers(r)}\n{text}")
             item.setToolTip(tooltip(r))
             item.setBackground(QBrush(BROKEN) if r.broken else QBrush())
+
+
+def _request_of(session: Session, run_ids: tuple[int, ...]) -> Request | None:
+    """The request of a cell's samples (None: none of them is in the session)."""
+    run = session.get(run_ids[0]) if run_ids else None
+    return run.request if run is not None else None

@@ -189,6 +189,10 @@ class SteerView(QDockWidget):
         self.grid.set_vector(vector, path)
         self._show_relative()
 
+    def show_grid(self) -> None:
+        """Bring the strength × layer grid's tab to the front (a reopened session's grid)."""
+        self.tabs.setCurrentWidget(self.grid)
+
     def _load(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Load a steering vector", "", "Control vectors (*.gguf)")
         if path:
