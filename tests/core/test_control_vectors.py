@@ -128,6 +128,10 @@ def test_the_grid_puts_the_unsteered_baseline_first_and_marks_where_fluency_brok
     assert [r.broken for r in marked] == [False, False, True, False, True, False]
     with pytest.raises(ValueError, match="strength other than 0"):
         make_grid(SamplerSettings(), "v.gguf", [(1,)], [0])
+    vector = ControlVector({n: np.ones(2, np.float32) for n in (2, 3)})
+    assert len(make_grid(SamplerSettings(), "v.gguf", [(2,), (2, 3)], [1], vector)) == 4
+    with pytest.raises(ValueError, match=r"no direction for layer 4 \(it has 2, 3\)"):
+        make_grid(SamplerSettings(), "v.gguf", [(2,), (3, 4)], [1], vector)
 
 
 def test_the_grid_plan_gives_one_cell_a_job_under_the_base_request():

@@ -36,12 +36,15 @@ class GridCell:
 
 
 def make_grid(settings: SamplerSettings, path: str, layer_sets: Sequence[tuple[int, ...]],
-              strengths: Sequence[float]) -> list[GridCell]:
+              strengths: Sequence[float], vector: ControlVector | None = None) -> list[GridCell]:
     """The cells, rows by layer set, columns by strength (0 first, added where missing: the baseline); a ValueError
-    where there are too many cells or none."""
+    where there are too many cells or none, or (given the `vector`) a layer it has no direction for."""
     cols = [0.0, *sorted({float(s) for s in strengths} - {0.0})]
     if not layer_sets or len(cols) < 2:
         raise ValueError("a grid needs at least one set of layers and a strength other than 0")
+    if vector is not None and (missing := sorted({n for layers in layer_sets for n in layers} - set(vector.layers))):
+        raise ValueError(f"the vector has no direction for layer {missing[0]} (it has "
+                         f"{', '.join(map(str, vector.layers))}): change the layer sets")
     if len(layer_sets) * len(cols) > MAX_CELLS:
         raise ValueError(f"{len(layer_sets)} × {len(cols)} cells: at most {MAX_CELLS}")
     return [GridCell(r, c, tuple(layers), s, settings.with_(steering=Steering(path, tuple(layers), s)))

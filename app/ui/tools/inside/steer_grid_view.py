@@ -142,12 +142,9 @@ class SteerGridView(QWidget):
             self.status.setText("A run is in progress: wait for it, or stop it.")
             return False
         try:
-            layer_sets = parse_layer_sets(self.layer_sets.text())
-            if missing := sorted({n for layers in layer_sets for n in layers} - set(self.vector.layers)):
-                raise ValueError(f"the vector has no direction for layer {missing[0]} (it has "
-                                 f"{', '.join(map(str, self.vector.layers))}): change the layer sets")
             settings = settings.with_(seed=self.pg.editing.next_run_seed())  # one seed: cells differ by steering
-            cells = make_grid(settings, self.path, layer_sets, parse_strengths(self.strengths.text()))
+            cells = make_grid(settings, self.path, parse_layer_sets(self.layer_sets.text()),
+                              parse_strengths(self.strengths.text()), self.vector)
         except ValueError as e:
             self.status.setText(str(e))
             return False
