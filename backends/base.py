@@ -28,6 +28,12 @@ class ModelLoadError(RuntimeError):
     opt_in: str | None = None
 
 
+def first_line(e: BaseException) -> str:
+    """An exception's first line, for a load error's one line (its type's name where it says nothing)."""
+    text = str(e).strip() or type(e).__name__
+    return text.splitlines()[0]
+
+
 class RemoteCodeRefusedError(ModelLoadError):
     opt_in = "trust_remote_code"
 

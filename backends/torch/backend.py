@@ -28,6 +28,7 @@ from backends.base import (
     check_fork,
     check_forward,
     check_rows,
+    first_line,
 )
 from backends.checks import ConfigShape, check_folder
 from backends.gguf import check_gguf, is_gguf
@@ -317,11 +318,6 @@ def set_threads(model: Any, requested: int | None) -> int:
     n = choose_threads(sum(p.numel() for p in model.parameters()), requested, DEFAULT_THREADS)
     torch.set_num_threads(n)
     return n
-
-
-def first_line(e: BaseException) -> str:
-    text = str(e).strip() or type(e).__name__
-    return text.splitlines()[0]
 
 
 def make_info(path: Path, config: dict, model: Any, device: torch.device, dtype: torch.dtype) -> ModelInfo:

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F  # noqa: N812 - the usual name
 
-from backends.base import ModelLoadError
+from backends.base import ModelLoadError, first_line
 
 LEAN_TYPES = {"llama", "mistral", "qwen2"}  # (fast.FAST_TYPES)
 UNUSUAL_KEYS = ("quantization", "quantization_config", "auto_map", "text_config", "model_file")
@@ -40,8 +40,10 @@ class Linear(torch.nn.Module):
     """A linear layer's weight (out, in) and bias, as `torch.nn.Linear` holds them (without allocating its own)."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        """A `Parameter` given is held as it is (a tied head holds the embedding's own)."""
         super().__init__()
-        self.weight = torch.nn.Parameter(weight, requires_grad=False)
+        self.weight = weight if isinstance(weight, torch.nn.Parameter) else torch.nn.Parameter(weight,
+                                                                                                requires_grad=False)
         self.bias = None if bias is None else torch.nn.Parameter(bias, requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -105,10 +107,8 @@ class LeanLlama(torch.nn.Module):
         self.model.layers = torch.nn.ModuleList(layers)
         self.model.norm = RMSNorm(w["model.norm.weight"], eps)
         self.model.rotary_emb = RotaryEmbedding(inv_freq(config))
-        head = w.get("lm_head.weight") if not config.tie_word_embeddings else None
-        self.lm_head = Linear(self.model.embed_tokens.weight if head is None else head, None)
-        if head is None:
-            self.lm_head.weight = self.model.embed_tokens.weight  # tied: one tensor, as transformers ties them
+        tied = config.tie_word_embeddings  # one tensor, as transformers ties them
+        self.lm_head = Linear(self.model.embed_tokens.weight if tied else w["lm_head.weight"], None)
 
     def get_decoder(self) -> torch.nn.Module:
         return self.model
@@ -134,7 +134,7 @@ def load_lean(path: Path, config: dict[str, Any], dtype: torch.dtype) -> LeanLla
         for f in files:
             weights.update(load_file(str(f)))
     except Exception as e:  # (check_folder read every header: this is a file changed or cut since)
-        raise ModelLoadError(f"cannot load the weights in {path}: {str(e).strip().splitlines()[0]}") from e
+        raise ModelLoadError(f"cannot load the weights in {path}: {first_line(e)}") from e
     weights = {k: v for k, v in weights.items() if not k.endswith(IGNORED)}
     have = set(weights) - ({"lm_head.weight"} if c.tie_word_embeddings else set())
     if have != expected_keys(c):
