@@ -20,6 +20,7 @@ from tests.tiny import make_model
 from tests.ui.conftest import RUN_TIMEOUT, WINDOW_BACKEND, needs_torch
 from tests.ui.tools.test_beam_view import open_dock, run_search
 from tests.ui.tools.test_samples_view import sampled, shown_rows
+from tests.ui.tools.test_steer_grid_view import grid_with_vector
 from tests.ui.tools.test_sweep_view import sweep_window
 
 
@@ -201,13 +202,7 @@ def grid_shown(view) -> dict:
 
 @needs_torch
 def test_a_steering_grid_comes_back_with_its_cells_as_the_core_recorded_them(qtbot, window, fresh, tmp_path):
-    window.prompt.set_prompt("The day was")
-    window.sampler.editors["max_tokens"].setValue(4)
-    window.tools["steering"].trigger()
-    dock = window.tools["steering"].view
-    with qtbot.waitSignal(dock.made, timeout=RUN_TIMEOUT):
-        assert dock.make()
-    grid = dock.grid
+    grid = grid_with_vector(qtbot, window)
     grid.strengths.setText("0, 40")
     with qtbot.waitSignal(grid.ended, timeout=RUN_TIMEOUT):
         assert grid.run()

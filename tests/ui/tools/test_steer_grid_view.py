@@ -17,15 +17,21 @@ def one_line(text: str) -> str:
     return text.replace("\n", "↵")
 
 
-@needs_torch
-def test_the_grid_table_holds_each_cells_recorded_values(qtbot, window: MainWindow):
+def grid_with_vector(qtbot, window: MainWindow):
+    """The steering dock opened on a 4-token prompt and a vector made from its pairs: its grid tab's view."""
     window.prompt.set_prompt("The day was")
     window.sampler.editors["max_tokens"].setValue(4)
     window.tools["steering"].trigger()
     dock = window.tools["steering"].view
     with qtbot.waitSignal(dock.made, timeout=RUN_TIMEOUT):
         assert dock.make()
-    grid = dock.grid
+    return dock.grid
+
+
+@needs_torch
+def test_the_grid_table_holds_each_cells_recorded_values(qtbot, window: MainWindow):
+    grid = grid_with_vector(qtbot, window)
+    dock = window.tools["steering"].view
     assert grid.layer_sets.text() == "1"  # the vector's middle layer
     grid.strengths.setText("nine")
     assert not grid.run() and grid.status.text() == "strengths are numbers with commas (1,2,4), got 'nine'"
