@@ -1,11 +1,10 @@
 """What the session's views showed, as the core recorded it, so that a reopened session draws it again: the beam
 search (each step's cut, the hypotheses, each one's steps as a run), the speculative run's rounds and totals, the
 sweep's grid with each cell's statistics, the Sample ×N list's, the multiverse's tree, the think probes, the steering
-grid's cells with their results. Plain records
-that name runs by id (`Views.renumbered`: as a reopened session numbers them), and their JSON, the session file's
-`views` object (`views_json`, `read_views`; a view that showed nothing has no key, as an older file has none for the
-probes). No Qt, no models: nothing is recomputed; what the records hold (numpy's, through the traces) is imported when
-read, not before the window's first paint.
+grid's cells with their results. Plain records that name runs by id (`Views.renumbered`: as a reopened session
+numbers them), and their JSON, the session file's `views` object (`views_json`, `read_views`; a view that showed
+nothing has no key, as an older file has none for the probes). No Qt, no models: nothing is recomputed; what the
+records hold (numpy's, through the traces) is imported when read, not before the window's first paint.
 """
 
 from __future__ import annotations
